@@ -1,0 +1,1 @@
+//! p2p-guest library.

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("p2p-guest: not built yet");
+    std::process::exit(2);
+}

@@ -1,0 +1,1 @@
+//! CUDA C sources, filled in by the guest CUDA work.

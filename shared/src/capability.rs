@@ -1,0 +1,221 @@
+//! The NVIDIA P2P clique capability, byte-exact with QEMU's `x-nv-gpudirect-clique`
+//! and Cloud Hypervisor's `x_nv_gpudirect_clique`.
+//!
+//! ```text
+//! +0 0x09 (vendor-specific)  +1 next  +2 0x08 (length)  +3 'P'  +4 '2'  +5 'P'
+//! +6 clique << 3 (bits 6:3 clique 0..15, bits 2:0 version 0)  +7 0x00
+//! ```
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Capability id of a vendor-specific capability (PCI Local Bus 3.0, 6.7).
+pub const VENDOR_SPECIFIC_ID: u8 = 0x09;
+/// Length in bytes of the P2P capability, header included.
+pub const P2P_CAP_LEN: u8 = 8;
+/// The signature bytes at +3..+6.
+pub const P2P_SIGNATURE: [u8; 3] = *b"P2P";
+/// The only version the NVIDIA driver accepts.
+pub const P2P_VERSION: u8 = 0;
+/// Largest clique id that fits bits 6:3.
+pub const MAX_CLIQUE: u8 = 15;
+
+/// A P2P clique id, 0..=15. GPUs of one VM with equal ids may do peer-to-peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct Clique(u8);
+
+impl Clique {
+    /// Returns the clique for `id`, or an error above 15 (the field has four bits).
+    pub fn new(id: u8) -> Result<Self, CapabilityError> {
+        if id > MAX_CLIQUE {
+            Err(CapabilityError::CliqueOutOfRange(id))
+        } else {
+            Ok(Self(id))
+        }
+    }
+
+    pub fn id(self) -> u8 {
+        self.0
+    }
+}
+
+impl TryFrom<u8> for Clique {
+    type Error = CapabilityError;
+    fn try_from(v: u8) -> Result<Self, Self::Error> {
+        Clique::new(v)
+    }
+}
+
+impl From<Clique> for u8 {
+    fn from(c: Clique) -> u8 {
+        c.0
+    }
+}
+
+impl fmt::Display for Clique {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Why bytes are not a valid P2P clique capability.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapabilityError {
+    #[error("clique {0} out of range: the capability holds 0..=15")]
+    CliqueOutOfRange(u8),
+    #[error("need 8 bytes for the P2P capability, have {0}")]
+    Truncated(usize),
+    #[error("capability id {0:#04x} is not vendor-specific (0x09)")]
+    NotVendorSpecific(u8),
+    #[error("vendor-specific capability of length {0}, the P2P capability has length 8")]
+    BadLength(u8),
+    #[error("signature {0:02x?} is not 'P2P' (50 32 50)")]
+    BadSignature([u8; 3]),
+    #[error("version {0} is not 0: the NVIDIA driver rejects it")]
+    UnsupportedVersion(u8),
+    #[error("reserved byte +7 is {0:#04x}, must be 0")]
+    ReservedNonZero(u8),
+}
+
+/// A decoded P2P clique capability and the next pointer it carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct P2pCapability {
+    pub clique: Clique,
+    pub next: u8,
+}
+
+impl P2pCapability {
+    pub fn new(clique: Clique, next: u8) -> Self {
+        Self { clique, next }
+    }
+
+    /// The 8 bytes as they sit in config space.
+    pub fn encode(&self) -> [u8; 8] {
+        let [p, two, p2] = P2P_SIGNATURE;
+        [
+            VENDOR_SPECIFIC_ID,
+            self.next,
+            P2P_CAP_LEN,
+            p,
+            two,
+            p2,
+            (self.clique.0 << 3) | P2P_VERSION,
+            0,
+        ]
+    }
+
+    /// The capability as two little-endian dwords, the form VMMs write.
+    pub fn dwords(&self) -> [u32; 2] {
+        let b = self.encode();
+        [
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        ]
+    }
+
+    /// Decodes the capability at the start of `bytes`, checking everything the
+    /// driver checks (id, signature, version) plus the length byte and reserved byte.
+    pub fn decode(bytes: &[u8]) -> Result<Self, CapabilityError> {
+        let b: &[u8; 8] = bytes
+            .get(..8)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(CapabilityError::Truncated(bytes.len()))?;
+        if b[0] != VENDOR_SPECIFIC_ID {
+            return Err(CapabilityError::NotVendorSpecific(b[0]));
+        }
+        let sig = [b[3], b[4], b[5]];
+        if sig != P2P_SIGNATURE {
+            return Err(CapabilityError::BadSignature(sig));
+        }
+        if b[2] != P2P_CAP_LEN {
+            return Err(CapabilityError::BadLength(b[2]));
+        }
+        let version = b[6] & 0x7;
+        if version != P2P_VERSION {
+            return Err(CapabilityError::UnsupportedVersion(version));
+        }
+        if b[7] != 0 {
+            return Err(CapabilityError::ReservedNonZero(b[7]));
+        }
+        // Bit 7 of +6 is outside the clique field; the driver masks it, so do we.
+        let clique = Clique((b[6] >> 3) & 0xf);
+        Ok(Self { clique, next: b[1] })
+    }
+
+    /// True when a vendor-specific capability carries the P2P signature, whatever
+    /// its other bytes: the test that tells the P2P capability from other vendor ones.
+    pub fn has_signature(bytes: &[u8]) -> bool {
+        bytes.len() >= 6 && bytes[0] == VENDOR_SPECIFIC_ID && bytes[3..6] == P2P_SIGNATURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn bytes_match_the_design() {
+        let cap = P2pCapability::new(Clique::new(5).unwrap(), 0);
+        assert_eq!(
+            cap.encode(),
+            [0x09, 0x00, 0x08, b'P', b'2', b'P', 5 << 3, 0]
+        );
+        // DW0 = 0x50080009 | next << 8, DW1 = (clique << 19) | 0x5032.
+        assert_eq!(cap.dwords(), [0x5008_0009, (5 << 19) | 0x5032]);
+        let linked = P2pCapability::new(Clique::new(15).unwrap(), 0xd4);
+        assert_eq!(
+            linked.dwords(),
+            [0x5008_0009 | (0xd4 << 8), (15 << 19) | 0x5032]
+        );
+    }
+
+    #[test]
+    fn refuses_what_the_driver_refuses() {
+        assert_eq!(Clique::new(16), Err(CapabilityError::CliqueOutOfRange(16)));
+        let good = P2pCapability::new(Clique::new(3).unwrap(), 0x48).encode();
+        let mut b = good;
+        b[6] |= 1;
+        assert_eq!(
+            P2pCapability::decode(&b),
+            Err(CapabilityError::UnsupportedVersion(1))
+        );
+        let mut b = good;
+        b[4] = b'3';
+        assert!(matches!(
+            P2pCapability::decode(&b),
+            Err(CapabilityError::BadSignature(_))
+        ));
+        let mut b = good;
+        b[0] = 0x10;
+        assert_eq!(
+            P2pCapability::decode(&b),
+            Err(CapabilityError::NotVendorSpecific(0x10))
+        );
+        assert_eq!(
+            P2pCapability::decode(&good[..7]),
+            Err(CapabilityError::Truncated(7))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(clique in 0u8..16, next: u8) {
+            let cap = P2pCapability::new(Clique::new(clique).unwrap(), next);
+            prop_assert_eq!(P2pCapability::decode(&cap.encode()).unwrap(), cap);
+        }
+
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..16)) {
+            if let Ok(cap) = P2pCapability::decode(&bytes) {
+                // Everything but bit 7 of +6, which lies outside the clique field, survives.
+                let mut expect = [0u8; 8];
+                expect.copy_from_slice(&bytes[..8]);
+                expect[6] &= 0x7f;
+                prop_assert_eq!(cap.encode(), expect);
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! p2p-shared: the pure core of vp2p.
+//!
+//! No I/O lives here: every function takes bytes or values and returns values,
+//! so the host tool, the guest tool, the fuzzers and the tests share one
+//! implementation of the capability codec, the config-space walkers, the
+//! topology model and the path classification.
+
+pub mod bdf;
+pub mod capability;
+pub mod classify;
+pub mod pci;
+pub mod report;
+pub mod select;
+pub mod topology;
+
+pub use bdf::Bdf;
+pub use capability::{Clique, P2pCapability};
+pub use classify::{classify, classify_functions, PairPath, PathClass, PeerRoute};
+pub use select::{GpuSelector, Role};
+pub use topology::Topology;

@@ -1,0 +1,209 @@
+//! The `p2p-host topo` report: GPUs and NICs, the class matrix, per-pair
+//! routing, and the bridges on their paths. Field names are a stable schema
+//! (README "JSON schemas"); new fields may be added, none renamed.
+
+use serde::{Deserialize, Serialize};
+
+use super::cpulist::CpuList;
+use crate::bdf::Bdf;
+use crate::classify::{classify_functions, PairPath, PathClass};
+use crate::pci::PciePortType;
+use crate::select::{GpuSelector, Role};
+use crate::topology::{
+    AcsState, HostBridge, LinkInfo, NumaNode, NvLinkSource, PciFunction, Topology,
+};
+
+/// Schema tag carried in every topo report.
+pub const TOPO_SCHEMA: &str = "vp2p.topo/1";
+
+/// A GPU, NIC or NVSwitch in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceEntry {
+    /// Matrix label: GPU0, NIC0, NVS0.
+    pub label: String,
+    pub bdf: Bdf,
+    pub vendor: String,
+    pub device: String,
+    pub class: String,
+    pub driver: Option<String>,
+    pub host_bridge: String,
+    /// The function's own NUMA node, else its host bridge's.
+    pub numa_node: Option<u32>,
+    pub cpu_affinity: Option<String>,
+    pub iommu_group: Option<u32>,
+    pub link: LinkInfo,
+    /// Bridges from the host bridge down to the device.
+    pub path: Vec<Bdf>,
+    pub interfaces: Vec<String>,
+}
+
+/// A bridge on some GPU's or NIC's path, with its ACS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeEntry {
+    pub bdf: Bdf,
+    pub port_type: Option<PciePortType>,
+    pub acs: AcsState,
+    pub iommu_group: Option<u32>,
+}
+
+/// The square matrix `nvidia-smi topo -m` prints: labels and cells.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Matrix {
+    pub labels: Vec<String>,
+    pub cells: Vec<Vec<PathClass>>,
+}
+
+/// The whole topo report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopoReport {
+    pub schema: String,
+    pub sysfs_root: String,
+    pub gpu_selector: GpuSelector,
+    pub nvlink_source: Option<NvLinkSource>,
+    /// GPUs in ascending address order; `links` and `pairs` index into it.
+    pub gpus: Vec<DeviceEntry>,
+    pub nics: Vec<DeviceEntry>,
+    pub nvswitches: Vec<DeviceEntry>,
+    /// `links[i][j]`: class between gpus[i] and gpus[j].
+    pub links: Vec<Vec<PathClass>>,
+    /// GPUs then NICs, as `nvidia-smi topo -m` lays them out.
+    pub matrix: Matrix,
+    /// Every unordered GPU pair (i < j) with its route.
+    pub pairs: Vec<PairPath>,
+    pub bridges: Vec<BridgeEntry>,
+    pub host_bridges: Vec<HostBridge>,
+    pub numa_nodes: Vec<NumaNode>,
+    pub notes: Vec<String>,
+}
+
+impl TopoReport {
+    /// Builds the report for the GPUs `selector` picks out of `topo`.
+    pub fn build(topo: &Topology, selector: &GpuSelector, sysfs_root: &str) -> Self {
+        let mut gpus = Vec::new();
+        let mut nics = Vec::new();
+        let mut nvswitches = Vec::new();
+        let (mut gpu_fns, mut nic_fns) = (Vec::new(), Vec::new());
+        for f in &topo.functions {
+            let (list, prefix) = match selector.role(f) {
+                Role::Gpu => {
+                    gpu_fns.push(f);
+                    (&mut gpus, "GPU")
+                }
+                Role::Nic => {
+                    nic_fns.push(f);
+                    (&mut nics, "NIC")
+                }
+                Role::NvSwitch => (&mut nvswitches, "NVS"),
+                Role::Bridge | Role::Other => continue,
+            };
+            let mut path = topo.ancestors(f.bdf);
+            path.reverse();
+            list.push(DeviceEntry {
+                label: format!("{prefix}{}", list.len()),
+                bdf: f.bdf,
+                vendor: format!("{:#06x}", f.vendor),
+                device: format!("{:#06x}", f.device),
+                class: format!("{:#08x}", f.class),
+                driver: f.driver.clone(),
+                host_bridge: f.host_bridge.clone(),
+                numa_node: topo.numa_of(f.bdf),
+                cpu_affinity: f.cpu_affinity.clone(),
+                iommu_group: f.iommu_group,
+                link: f.link.clone(),
+                path,
+                interfaces: f.interfaces.clone(),
+            });
+        }
+
+        let square = |fns: &[&PciFunction]| -> Vec<Vec<PathClass>> {
+            fns.iter()
+                .map(|a| {
+                    fns.iter()
+                        .map(|b| classify_functions(topo, a, b).class)
+                        .collect()
+                })
+                .collect()
+        };
+        let links = square(&gpu_fns);
+        let members: Vec<&DeviceEntry> = gpus.iter().chain(nics.iter()).collect();
+        let member_fns: Vec<&PciFunction> = gpu_fns.iter().chain(nic_fns.iter()).copied().collect();
+        let matrix = Matrix {
+            labels: members.iter().map(|d| d.label.clone()).collect(),
+            cells: square(&member_fns),
+        };
+        let mut pairs = Vec::new();
+        for (i, a) in gpu_fns.iter().enumerate() {
+            for b in &gpu_fns[i + 1..] {
+                pairs.push(classify_functions(topo, a, b));
+            }
+        }
+
+        let mut on_paths: Vec<Bdf> = members
+            .iter()
+            .flat_map(|d| d.path.iter().copied())
+            .collect();
+        on_paths.sort();
+        on_paths.dedup();
+        let bridges = on_paths
+            .into_iter()
+            .filter_map(|b| topo.function(b))
+            .map(|f| BridgeEntry {
+                bdf: f.bdf,
+                port_type: f.pcie_port_type,
+                acs: f.acs.clone(),
+                iommu_group: f.iommu_group,
+            })
+            .collect();
+
+        let mut report = TopoReport {
+            schema: TOPO_SCHEMA.to_string(),
+            sysfs_root: sysfs_root.to_string(),
+            gpu_selector: selector.clone(),
+            nvlink_source: topo.nvlink_source,
+            gpus,
+            nics,
+            nvswitches,
+            links,
+            matrix,
+            pairs,
+            bridges,
+            host_bridges: topo.host_bridges.clone(),
+            numa_nodes: topo.numa_nodes.clone(),
+            notes: topo.notes.clone(),
+        };
+        if report.gpus.is_empty() {
+            report.notes.push(format!(
+                "no GPUs found ({}); choose them with --gpus or --gpu-class",
+                describe_selector(selector)
+            ));
+        }
+        report
+    }
+
+    /// NUMA affinity as `nvidia-smi` shows it: the device's node, else the node
+    /// whose CPUs contain the device's CPU affinity.
+    pub fn numa_affinity(&self, d: &DeviceEntry) -> Option<u32> {
+        if d.numa_node.is_some() {
+            return d.numa_node;
+        }
+        let cpus = CpuList::parse(d.cpu_affinity.as_deref()?)?;
+        self.numa_nodes
+            .iter()
+            .find(|n| CpuList::parse(&n.cpulist).is_some_and(|node| cpus.is_subset(&node)))
+            .map(|n| n.id)
+    }
+}
+
+pub(super) fn describe_selector(s: &GpuSelector) -> String {
+    match s {
+        GpuSelector::Nvidia => "GPUs are NVIDIA display-class functions".to_string(),
+        GpuSelector::Class { prefix } => format!("GPUs are functions of class {prefix}"),
+        GpuSelector::List { bdfs } => format!(
+            "GPUs are {}",
+            bdfs.iter()
+                .map(Bdf::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    }
+}

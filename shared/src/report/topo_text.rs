@@ -1,0 +1,182 @@
+//! The text form of the topo report, laid out like `nvidia-smi topo -m`.
+
+use std::fmt::Write;
+
+use super::table::Table;
+use super::topo::{describe_selector, DeviceEntry, TopoReport};
+use crate::classify::{PairPath, PeerRoute};
+use crate::topology::AcsState;
+
+/// The legend `nvidia-smi topo -m` prints under its matrix.
+pub const LEGEND: &str = "\
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+";
+
+impl TopoReport {
+    /// Renders the matrix, legends, per-pair routing, bridges and notes.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let gpu_count = self.gpus.len();
+        let mut header = vec![String::new()];
+        header.extend(self.matrix.labels.iter().cloned());
+        header.extend(["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"].map(String::from));
+        let mut t = Table::new(header);
+        let members: Vec<&DeviceEntry> = self.gpus.iter().chain(self.nics.iter()).collect();
+        for (i, d) in members.iter().enumerate() {
+            let mut row = vec![d.label.clone()];
+            row.extend(self.matrix.cells[i].iter().map(|c| c.to_string()));
+            if i < gpu_count {
+                row.push(d.cpu_affinity.clone().unwrap_or_else(|| "N/A".into()));
+                row.push(
+                    self.numa_affinity(d)
+                        .map_or_else(|| "N/A".into(), |n| n.to_string()),
+                );
+                row.push("N/A".into());
+            }
+            t.row(row);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+        out.push_str(LEGEND);
+
+        if !self.nics.is_empty() {
+            out.push_str("\nNIC Legend:\n\n");
+            for n in &self.nics {
+                let name = n
+                    .interfaces
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| n.bdf.to_string());
+                let _ = writeln!(out, "  {}: {} ({})", n.label, name, n.bdf);
+            }
+        }
+
+        out.push_str("\nGPUs (");
+        out.push_str(&describe_selector(&self.gpu_selector));
+        out.push_str("):\n\n");
+        let mut t =
+            Table::new(["", "BDF", "ID", "DRIVER", "HOST BRIDGE", "IOMMU", "LINK"]).indent(2);
+        for g in self.gpus.iter().chain(self.nvswitches.iter()) {
+            let link = match (&g.link.current_speed, g.link.current_width) {
+                (Some(s), Some(w)) => format!("{s} x{w}"),
+                (Some(s), None) => s.clone(),
+                _ => "-".into(),
+            };
+            t.row([
+                g.label.clone(),
+                g.bdf.to_string(),
+                format!("{}:{}", &g.vendor[2..], &g.device[2..]),
+                g.driver.clone().unwrap_or_else(|| "-".into()),
+                g.host_bridge.clone(),
+                g.iommu_group.map_or_else(|| "-".into(), |n| n.to_string()),
+                link,
+            ]);
+        }
+        out.push_str(&t.render());
+
+        if !self.pairs.is_empty() {
+            out.push_str("\nPeer routing between GPUs (ACS redirect, IOMMU):\n\n");
+            let mut t = Table::new(["PAIR", "CLASS", "PCIE", "ROUTE", "IOMMU"]).indent(2);
+            for p in &self.pairs {
+                t.row([
+                    format!("{}-{}", self.label_of(p.a), self.label_of(p.b)),
+                    p.class.to_string(),
+                    p.pcie_class.to_string(),
+                    describe_route(&p.route),
+                    describe_iommu(p),
+                ]);
+            }
+            out.push_str(&t.render());
+        }
+
+        if !self.bridges.is_empty() {
+            out.push_str("\nBridges on the paths:\n\n");
+            let mut t = Table::new(["BDF", "TYPE", "IOMMU", "ACS CONTROL (capability)"]).indent(2);
+            for b in &self.bridges {
+                t.row([
+                    b.bdf.to_string(),
+                    b.port_type.map_or("pci-bridge", |p| p.label()).to_string(),
+                    b.iommu_group.map_or_else(|| "-".into(), |n| n.to_string()),
+                    describe_acs(&b.acs),
+                ]);
+            }
+            out.push_str(&t.render());
+        }
+
+        if !self.notes.is_empty() {
+            out.push_str("\nNotes:\n");
+            for n in &self.notes {
+                let _ = writeln!(out, "  - {n}");
+            }
+        }
+        out
+    }
+
+    fn label_of(&self, bdf: crate::Bdf) -> String {
+        self.gpus
+            .iter()
+            .find(|g| g.bdf == bdf)
+            .map_or_else(|| bdf.to_string(), |g| g.label.clone())
+    }
+}
+
+fn describe_route(r: &PeerRoute) -> String {
+    let list = |v: &[crate::Bdf]| {
+        v.iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match r {
+        PeerRoute::SameFunction => "same function".into(),
+        PeerRoute::Switch { at } => format!("turns in switch at {at} (below the root complex)"),
+        PeerRoute::AcsRedirect { at, redirected_by } => format!(
+            "meets at {at}, ACS ReqRedir on {} sends it to the root complex",
+            list(redirected_by)
+        ),
+        PeerRoute::AcsUnknown { at, unknown } => {
+            format!(
+                "meets at {at}, ACS unknown on {} (run as root)",
+                list(unknown)
+            )
+        }
+        PeerRoute::RootComplex { host_bridge } => format!("through root complex {host_bridge}"),
+        PeerRoute::HostBridges => "between host bridges, same NUMA node".into(),
+        PeerRoute::Sockets => "across the inter-socket link".into(),
+    }
+}
+
+fn describe_iommu(p: &PairPath) -> String {
+    let groups = match p.iommu_groups {
+        [Some(a), Some(b)] => format!("groups {a},{b}"),
+        [Some(a), None] => format!("group {a},-"),
+        [None, Some(b)] => format!("group -,{b}"),
+        [None, None] => "no IOMMU groups".into(),
+    };
+    match p.via_iommu {
+        Some(true) => format!("translated ({groups})"),
+        Some(false) if p.iommu_groups.iter().all(Option::is_some) => {
+            format!("bypassed, stays below the root complex ({groups})")
+        }
+        Some(false) => format!("not translated ({groups})"),
+        None => format!("unknown ({groups})"),
+    }
+}
+
+fn describe_acs(a: &AcsState) -> String {
+    match a {
+        AcsState::Absent => "no ACS capability".into(),
+        AcsState::Unknown { why } => format!("unknown: {why}"),
+        AcsState::Present(acs) => {
+            format!("{} ({})", acs.control.describe(), acs.capability.describe())
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The PCI topology model: host bridges, functions with their upstream bridge,
+//! ACS and IOMMU facts, NUMA nodes and NVLink edges. Built by `p2p-host` from
+//! sysfs, serialised into reports, read by classification and clique policy.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bdf::Bdf;
+use crate::pci::{Acs, PciePortType};
+
+/// A PCI host bridge (root complex), the `pciDDDD:BB` directory in sysfs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostBridge {
+    /// sysfs name, for example `pci0000:00`.
+    pub name: String,
+    pub domain: u32,
+    pub bus: u8,
+    /// NUMA node of the functions below it; None when the kernel says -1.
+    pub numa_node: Option<u32>,
+}
+
+/// What is known of a function's ACS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum AcsState {
+    /// The function has no ACS capability.
+    Absent,
+    Present(Acs),
+    /// ACS could not be read; `why` says what is missing (for example a 64-byte
+    /// config read by a non-root user).
+    Unknown {
+        why: String,
+    },
+}
+
+/// Link attributes as sysfs reports them (strings such as "32.0 GT/s PCIe").
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LinkInfo {
+    pub current_speed: Option<String>,
+    pub current_width: Option<u8>,
+    pub max_speed: Option<String>,
+    pub max_width: Option<u8>,
+}
+
+/// One PCI function and the facts vp2p needs of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciFunction {
+    pub bdf: Bdf,
+    pub vendor: u16,
+    pub device: u16,
+    pub subsystem_vendor: Option<u16>,
+    pub subsystem_device: Option<u16>,
+    /// 24-bit class code.
+    pub class: u32,
+    /// Type-1 header: a PCI-to-PCI bridge (root port, switch port, ...).
+    pub is_bridge: bool,
+    /// Name of the host bridge this function sits below.
+    pub host_bridge: String,
+    /// The bridge directly upstream, None when on the host bridge's bus.
+    pub parent: Option<Bdf>,
+    pub pcie_port_type: Option<PciePortType>,
+    pub acs: AcsState,
+    pub iommu_group: Option<u32>,
+    pub numa_node: Option<u32>,
+    /// `local_cpulist`, the CPUs nearest the function.
+    pub cpu_affinity: Option<String>,
+    pub driver: Option<String>,
+    pub link: LinkInfo,
+    /// Bytes of config space that could be read (64 for non-root readers).
+    pub config_len: usize,
+    /// Network or RDMA interface names below the function (`net/`, `infiniband/`).
+    pub interfaces: Vec<String>,
+}
+
+impl PciFunction {
+    pub fn base_class(&self) -> u8 {
+        (self.class >> 16) as u8
+    }
+
+    pub fn sub_class(&self) -> u8 {
+        (self.class >> 8) as u8
+    }
+}
+
+/// How the NVLink map was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NvLinkSource {
+    /// NVML, with the NVIDIA driver loaded.
+    Nvml,
+    /// NVSwitch functions on the bus: every GPU on the baseboard is connected.
+    NvSwitch,
+    /// A map the operator gave (`--nvlink FILE`).
+    OperatorMap,
+}
+
+/// `count` NVLinks join GPUs `a` and `b` (directly or through NVSwitches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvLink {
+    pub a: Bdf,
+    pub b: Bdf,
+    /// Links in the bond; None when the source could not count them.
+    pub count: Option<u32>,
+}
+
+/// A NUMA node and its CPUs, from `devices/system/node` when the tree has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaNode {
+    pub id: u32,
+    pub cpulist: String,
+}
+
+/// The PCI topology of one machine.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Topology {
+    pub host_bridges: Vec<HostBridge>,
+    /// Every function, sorted by address.
+    pub functions: Vec<PciFunction>,
+    pub numa_nodes: Vec<NumaNode>,
+    pub nvlinks: Vec<NvLink>,
+    pub nvlink_source: Option<NvLinkSource>,
+    /// Facts the scan could not establish, in words an operator can act on.
+    pub notes: Vec<String>,
+}
+
+impl Topology {
+    /// Looks a function up by address.
+    pub fn function(&self, bdf: Bdf) -> Option<&PciFunction> {
+        self.functions
+            .binary_search_by(|f| f.bdf.cmp(&bdf))
+            .ok()
+            .map(|i| &self.functions[i])
+    }
+
+    pub fn host_bridge(&self, name: &str) -> Option<&HostBridge> {
+        self.host_bridges.iter().find(|h| h.name == name)
+    }
+
+    /// The bridges above `bdf`, nearest first, ending at the one on the host bridge.
+    pub fn ancestors(&self, bdf: Bdf) -> Vec<Bdf> {
+        let mut out = Vec::new();
+        let mut cur = self.function(bdf).and_then(|f| f.parent);
+        while let Some(p) = cur {
+            if out.contains(&p) || out.len() > 256 {
+                break; // a cycle cannot come from sysfs paths; refuse to spin anyway
+            }
+            out.push(p);
+            cur = self.function(p).and_then(|f| f.parent);
+        }
+        out
+    }
+
+    /// NUMA node of a function: its own, else its host bridge's.
+    pub fn numa_of(&self, bdf: Bdf) -> Option<u32> {
+        let f = self.function(bdf)?;
+        f.numa_node
+            .or_else(|| self.host_bridge(&f.host_bridge).and_then(|h| h.numa_node))
+    }
+
+    /// NVLink count between two GPUs, if the map joins them.
+    pub fn nvlink_between(&self, a: Bdf, b: Bdf) -> Option<Option<u32>> {
+        self.nvlinks
+            .iter()
+            .find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a))
+            .map(|l| l.count)
+    }
+
+    /// Sorts functions so lookups work; call after building by hand.
+    pub fn sort(&mut self) {
+        self.functions.sort_by_key(|f| f.bdf);
+        self.host_bridges
+            .sort_by(|a, b| (a.domain, a.bus).cmp(&(b.domain, b.bus)));
+    }
+
+    /// Functions per IOMMU group, for the groups that exist.
+    pub fn iommu_groups(&self) -> BTreeMap<u32, Vec<Bdf>> {
+        let mut m: BTreeMap<u32, Vec<Bdf>> = BTreeMap::new();
+        for f in &self.functions {
+            if let Some(g) = f.iommu_group {
+                m.entry(g).or_default().push(f.bdf);
+            }
+        }
+        m
+    }
+}
