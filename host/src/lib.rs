@@ -1,1 +1,8 @@
-//! p2p-host library.
+//! p2p-host: vp2p on the host.
+//!
+//! Reads the real PCI topology from sysfs (works with GPUs bound to vfio-pci,
+//! where `nvidia-smi` cannot run), discovers NVLink, and captures trees for tests.
+
+pub mod nvlink;
+pub mod snapshot;
+pub mod sysfs;

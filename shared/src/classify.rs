@@ -150,6 +150,13 @@ pub struct PathBridge {
     pub acs: AcsState,
 }
 
+/// NVLinks joining a pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvLinkBond {
+    /// Links in the bond; None when the source could not count them.
+    pub count: Option<u32>,
+}
+
 /// Everything vp2p knows about the path between two functions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PairPath {
@@ -159,7 +166,8 @@ pub struct PairPath {
     pub class: PathClass,
     /// The PCIe class alone.
     pub pcie_class: PathClass,
-    pub nvlinks: Option<Option<u32>>,
+    /// The NVLink bond joining the pair, if any.
+    pub nvlink: Option<NvLinkBond>,
     pub route: PeerRoute,
     /// Bridges from `a` up to where the path turns and down to `b`.
     pub bridges: Vec<PathBridge>,
@@ -186,10 +194,10 @@ pub fn classify(topo: &Topology, a: Bdf, b: Bdf) -> Result<PairPath, ClassifyErr
 /// Classifies the path between two functions of `topo`.
 pub fn classify_functions(topo: &Topology, fa: &PciFunction, fb: &PciFunction) -> PairPath {
     let (a, b) = (fa.bdf, fb.bdf);
-    let nvlinks = if a == b {
+    let nvlink = if a == b {
         None
     } else {
-        topo.nvlink_between(a, b)
+        topo.nvlink_between(a, b).map(|count| NvLinkBond { count })
     };
     let iommu_groups = [fa.iommu_group, fb.iommu_group];
     let anc_a = topo.ancestors(a);
@@ -245,8 +253,8 @@ pub fn classify_functions(topo: &Topology, fa: &PciFunction, fb: &PciFunction) -
         .collect();
     let grouped = iommu_groups.iter().all(Option::is_some);
     let via_iommu = route.reaches_root_complex().map(|rc| rc && grouped);
-    let class = match nvlinks {
-        Some(count) => PathClass::Nv(count),
+    let class = match nvlink {
+        Some(bond) => PathClass::Nv(bond.count),
         None => pcie_class,
     };
     PairPath {
@@ -254,7 +262,7 @@ pub fn classify_functions(topo: &Topology, fa: &PciFunction, fb: &PciFunction) -
         b,
         class,
         pcie_class,
-        nvlinks,
+        nvlink,
         route,
         bridges,
         iommu_groups,

@@ -15,6 +15,6 @@ pub mod topology;
 
 pub use bdf::Bdf;
 pub use capability::{Clique, P2pCapability};
-pub use classify::{classify, classify_functions, PairPath, PathClass, PeerRoute};
+pub use classify::{classify, classify_functions, NvLinkBond, PairPath, PathClass, PeerRoute};
 pub use select::{GpuSelector, Role};
 pub use topology::Topology;

@@ -50,18 +50,14 @@ impl TopoReport {
         if !self.nics.is_empty() {
             out.push_str("\nNIC Legend:\n\n");
             for n in &self.nics {
-                let name = n
-                    .interfaces
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| n.bdf.to_string());
-                let _ = writeln!(out, "  {}: {} ({})", n.label, name, n.bdf);
+                match n.interfaces.first() {
+                    Some(name) => writeln!(out, "  {}: {} ({})", n.label, name, n.bdf),
+                    None => writeln!(out, "  {}: {}", n.label, n.bdf),
+                }
+                .ok();
             }
         }
 
-        out.push_str("\nGPUs (");
-        out.push_str(&describe_selector(&self.gpu_selector));
-        out.push_str("):\n\n");
         let mut t =
             Table::new(["", "BDF", "ID", "DRIVER", "HOST BRIDGE", "IOMMU", "LINK"]).indent(2);
         for g in self.gpus.iter().chain(self.nvswitches.iter()) {
@@ -80,7 +76,14 @@ impl TopoReport {
                 link,
             ]);
         }
-        out.push_str(&t.render());
+        if !t.is_empty() {
+            let _ = write!(
+                out,
+                "\nGPUs ({}):\n\n",
+                describe_selector(&self.gpu_selector)
+            );
+            out.push_str(&t.render());
+        }
 
         if !self.pairs.is_empty() {
             out.push_str("\nPeer routing between GPUs (ACS redirect, IOMMU):\n\n");

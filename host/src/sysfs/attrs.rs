@@ -1,0 +1,100 @@
+//! Reading one function's sysfs attributes, with errors that name the file.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::scan::ScanError;
+
+/// Reads a required attribute; a missing or unreadable file is an error naming it.
+pub(super) fn required(dir: &Path, name: &str) -> Result<String, ScanError> {
+    let path = dir.join(name);
+    fs::read_to_string(&path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| ScanError::Attribute {
+            path,
+            why: e.to_string(),
+        })
+}
+
+/// Reads an optional attribute: None when absent, an error when present but unreadable.
+pub(super) fn optional(dir: &Path, name: &str) -> Result<Option<String>, ScanError> {
+    let path = dir.join(name);
+    match fs::read_to_string(&path) {
+        Ok(s) => Ok(Some(s.trim().to_string())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        // Link attributes of functions without a link answer EINVAL or ENODEV.
+        Err(e) if matches!(e.raw_os_error(), Some(22) | Some(19)) => Ok(None),
+        Err(e) => Err(ScanError::Attribute {
+            path,
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// Parses a "0x10de"-style hex attribute.
+pub(super) fn hex(dir: &Path, name: &str, text: &str) -> Result<u32, ScanError> {
+    let t = text.trim();
+    let digits = t.strip_prefix("0x").unwrap_or(t);
+    u32::from_str_radix(digits, 16).map_err(|_| ScanError::Attribute {
+        path: dir.join(name),
+        why: format!("'{t}' is not a hex number"),
+    })
+}
+
+/// Reads a hex attribute that must exist.
+pub(super) fn required_hex(dir: &Path, name: &str) -> Result<u32, ScanError> {
+    let t = required(dir, name)?;
+    hex(dir, name, &t)
+}
+
+/// Reads a hex attribute that may be absent.
+pub(super) fn optional_hex(dir: &Path, name: &str) -> Result<Option<u32>, ScanError> {
+    optional(dir, name)?.map(|t| hex(dir, name, &t)).transpose()
+}
+
+/// `numa_node`: None for -1 (unknown) or absent.
+pub(super) fn numa_node(dir: &Path) -> Result<Option<u32>, ScanError> {
+    let Some(t) = optional(dir, "numa_node")? else {
+        return Ok(None);
+    };
+    let v: i64 = t.parse().map_err(|_| ScanError::Attribute {
+        path: dir.join("numa_node"),
+        why: format!("'{t}' is not a number"),
+    })?;
+    Ok(u32::try_from(v).ok())
+}
+
+/// The last path component of a symlink's target (`driver`, `iommu_group`).
+pub(super) fn link_name(dir: &Path, name: &str) -> Result<Option<String>, ScanError> {
+    let path = dir.join(name);
+    match fs::read_link(&path) {
+        Ok(target) => Ok(target.file_name().map(|n| n.to_string_lossy().into_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ScanError::Attribute {
+            path,
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// Names of the entries of a subdirectory (`net`, `infiniband`), empty when absent.
+pub(super) fn child_names(dir: &Path, sub: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir.join(sub))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Reads `config`; it must exist and hold at least the 64-byte header.
+pub(super) fn config(dir: &Path) -> Result<Vec<u8>, ScanError> {
+    let path: PathBuf = dir.join("config");
+    fs::read(&path).map_err(|e| ScanError::Attribute {
+        path,
+        why: e.to_string(),
+    })
+}
