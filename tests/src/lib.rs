@@ -1,1 +1,82 @@
-//! Helpers for the end-to-end tests live here.
+//! Shared plumbing for vp2p's end-to-end tests: fixture trees, the built
+//! binaries, and the parser for real `nvidia-smi topo -m` output.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub mod topo_m;
+
+/// The repository root (the workspace directory).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// `tests/fixtures/<name>`.
+pub fn fixture_dir(name: &str) -> PathBuf {
+    repo_root().join("tests/fixtures").join(name)
+}
+
+/// Unpacks `tests/fixtures/<name>/sysfs.tgz` into a fresh temporary directory;
+/// the tree is at `<dir>/sysfs`.
+pub fn unpack_fixture(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let tgz = fixture_dir(name).join("sysfs.tgz");
+    let status = Command::new("tar")
+        .arg("xzf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .expect("tar runs");
+    assert!(status.success(), "tar xzf {} failed", tgz.display());
+    dir
+}
+
+/// Builds the workspace's binaries once per test process and returns the
+/// path of `name` (`p2p-host` or `p2p-guest`).
+pub fn binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(repo_root())
+            .args(["build", "-q", "-p", "p2p-host", "-p", "p2p-guest", "--bins"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the binaries failed");
+        target_dir().join("debug")
+    });
+    dir.join(name)
+}
+
+/// Cargo's target directory for this workspace.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
+/// Output of one run of a binary.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a workspace binary with `args`.
+pub fn run(name: &str, args: &[&str]) -> Run {
+    let out = Command::new(binary(name))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {name}: {e}"));
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Boot the cached Debian cloud kernel under QEMU/TCG with a fixed PCIe topology.
+#
+#   scripts/qemu/boot.sh --qemu {7.2|10|PATH} --topology NAME --iommu {on|off} --initrd FILE
+#                        [--timeout SECS] [--log FILE] [--append "kernel args"]
+#                        [--extra "qemu args"]... [--print-cmd]
+#   scripts/qemu/boot.sh --list-topologies
+#
+# The serial console (ttyS0) goes to stdout (and to --log FILE when given). Returns when the
+# guest powers off (or reboots/panics: -no-reboot, panic=-1) or the timeout passes.
+# Exit status:
+#   0    guest /init printed "==VP2P-EXIT 0 ...==" and powered off
+#   1    guest init script exited non-zero (its rc is printed on stderr)
+#   2    usage error / missing files
+#   3    QEMU exited but the guest never printed ==VP2P-EXIT== (kernel panic, init crash)
+#   4    QEMU failed (bad arguments, missing firmware, ...)
+#   124  timeout (default 120 s); QEMU is killed
+# --extra words are split on whitespace (no quoting); pass --extra several times if needed.
+# Env: VP2P_IOMMU_OPTS (default "intremap=on,caching-mode=on"; caching-mode is what vfio and
+#      vfio-user devices behind a vIOMMU require), VP2P_SMP_THREADS (default: TCG default).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+# ----------------------------------------------------------------------------- topologies
+# Each topo_NAME function appends QEMU arguments to the array TOPO.
+# Common to all: q35, 2 CPUs (one socket each), 2 NUMA nodes of 512 MiB, 1 GiB total.
+# "GPUs" are NVMe controllers (class 0x010802, a PCIe endpoint in QEMU 7.2 and 10.x, no
+# drive needed, nothing else in the VM has that class). Their serial numbers name them:
+# /sys/class/nvme/nvmeN/serial = vp2p-gpuK (the nvme driver is built into the kernel) and
+# sysfs .../nvme/nvmeN/device links to the PCI function.
+topo_common() {
+    TOPO+=(-machine q35 -smp 2,sockets=2,cores=1,threads=1 -m 1G
+        -object memory-backend-ram,id=mem0,size=512M -numa node,nodeid=0,memdev=mem0
+        -object memory-backend-ram,id=mem1,size=512M -numa node,nodeid=1,memdev=mem1
+        -numa cpu,node-id=0,socket-id=0 -numa cpu,node-id=1,socket-id=1
+        -netdev user,id=net0,restrict=on)
+}
+gpu() { TOPO+=(-device "nvme,id=$1,serial=vp2p-$1,bus=$2"); }
+
+# two-socket: pcie.0 + three pxb-pcie host bridges (two on node 0, one on node 1).
+#
+#   pcie.0 (pci0000:00, no _PXM -> numa_node -1)
+#   `- 00:04.0 root port rp00 -> gpu6
+#   pxb0  (pci0000:20, numa_node 0)
+#   |- root port rp0a -> switch sw0 (x3130-upstream)
+#   |                    |- downstream sw0dn0 -> gpu0
+#   |                    |- downstream sw0dn1 -> gpu1
+#   |                    `- downstream sw0dn2 -> nic0 (e1000e)
+#   `- root port rp0b -> gpu2
+#   pxb2  (pci0000:40, numa_node 0)
+#   `- root port rp2a -> gpu3
+#   pxb1  (pci0000:80, numa_node 1)
+#   `- root port rp1a -> switch sw1 -> downstream sw1dn0 -> gpu4
+#                                   `- downstream sw1dn1 -> gpu5
+#
+# Expected classification (nvidia-smi topo -m semantics):
+#          gpu0  gpu1  gpu2  gpu3  gpu4  gpu5  gpu6  nic0
+#   gpu0    X    PIX   PHB   NODE  SYS   SYS   (*)   PIX
+#   gpu1   PIX    X    PHB   NODE  SYS   SYS   (*)   PIX
+#   gpu2   PHB   PHB    X    NODE  SYS   SYS   (*)   PHB
+#   gpu3   NODE  NODE  NODE   X    SYS   SYS   (*)   NODE
+#   gpu4   SYS   SYS   SYS   SYS    X    PIX   (*)   SYS
+#   gpu5   SYS   SYS   SYS   SYS   PIX    X    (*)   SYS
+# (*) gpu6 sits on pcie.0 whose numa_node is -1 (QEMU gives the main host bridge no _PXM):
+#     NODE vs node-0 GPUs only if the analyser treats -1 as node 0, else SYS (or unknown).
+topo_two_socket() {
+    topo_common
+    TOPO+=(-device pcie-root-port,id=rp00,bus=pcie.0,addr=0x4,chassis=1,slot=0)
+    gpu gpu6 rp00
+    TOPO+=(-device pxb-pcie,id=pxb0,bus=pcie.0,addr=0x10,bus_nr=0x20,numa_node=0
+        -device pcie-root-port,id=rp0a,bus=pxb0,addr=0x0,chassis=2,slot=0
+        -device x3130-upstream,id=sw0,bus=rp0a
+        -device xio3130-downstream,id=sw0dn0,bus=sw0,addr=0x0,chassis=3,slot=0
+        -device xio3130-downstream,id=sw0dn1,bus=sw0,addr=0x1,chassis=3,slot=1
+        -device xio3130-downstream,id=sw0dn2,bus=sw0,addr=0x2,chassis=3,slot=2)
+    gpu gpu0 sw0dn0
+    gpu gpu1 sw0dn1
+    TOPO+=(-device e1000e,id=nic0,bus=sw0dn2,netdev=net0,romfile=
+        -device pcie-root-port,id=rp0b,bus=pxb0,addr=0x1,chassis=4,slot=0)
+    gpu gpu2 rp0b
+    TOPO+=(-device pxb-pcie,id=pxb2,bus=pcie.0,addr=0x11,bus_nr=0x40,numa_node=0
+        -device pcie-root-port,id=rp2a,bus=pxb2,addr=0x0,chassis=5,slot=0)
+    gpu gpu3 rp2a
+    TOPO+=(-device pxb-pcie,id=pxb1,bus=pcie.0,addr=0x12,bus_nr=0x80,numa_node=1
+        -device pcie-root-port,id=rp1a,bus=pxb1,addr=0x0,chassis=6,slot=0
+        -device x3130-upstream,id=sw1,bus=rp1a
+        -device xio3130-downstream,id=sw1dn0,bus=sw1,addr=0x0,chassis=7,slot=0
+        -device xio3130-downstream,id=sw1dn1,bus=sw1,addr=0x1,chassis=7,slot=1)
+    gpu gpu4 sw1dn0
+    gpu gpu5 sw1dn1
+}
+
+# nested-switch: a switch below a downstream port of another switch (PXB pairs).
+#
+#   pxb0 (pci0000:20, numa_node 0)
+#   |- root port rp0a -> switch swA -> downstream swAdn0 -> switch swB -> swBdn0 -> gpu0
+#   |                               |                                 `- swBdn1 -> gpu1
+#   |                               `- downstream swAdn1 -> gpu2
+#   `- root port rp0b -> gpu3
+#   pxb1 (pci0000:80, numa_node 1)
+#   `- root port rp1a -> gpu4
+#
+#          gpu0  gpu1  gpu2  gpu3  gpu4
+#   gpu0    X    PIX   PXB   PHB   SYS
+#   gpu1   PIX    X    PXB   PHB   SYS
+#   gpu2   PXB   PXB    X    PHB   SYS
+#   gpu3   PHB   PHB   PHB    X    SYS
+#   gpu4   SYS   SYS   SYS   SYS    X
+topo_nested_switch() {
+    topo_common
+    TOPO+=(-device pxb-pcie,id=pxb0,bus=pcie.0,addr=0x10,bus_nr=0x20,numa_node=0
+        -device pcie-root-port,id=rp0a,bus=pxb0,addr=0x0,chassis=2,slot=0
+        -device x3130-upstream,id=swA,bus=rp0a
+        -device xio3130-downstream,id=swAdn0,bus=swA,addr=0x0,chassis=3,slot=0
+        -device xio3130-downstream,id=swAdn1,bus=swA,addr=0x1,chassis=3,slot=1
+        -device x3130-upstream,id=swB,bus=swAdn0
+        -device xio3130-downstream,id=swBdn0,bus=swB,addr=0x0,chassis=4,slot=0
+        -device xio3130-downstream,id=swBdn1,bus=swB,addr=0x1,chassis=4,slot=1)
+    gpu gpu0 swBdn0
+    gpu gpu1 swBdn1
+    gpu gpu2 swAdn1
+    TOPO+=(-device pcie-root-port,id=rp0b,bus=pxb0,addr=0x1,chassis=5,slot=0)
+    gpu gpu3 rp0b
+    TOPO+=(-device pxb-pcie,id=pxb1,bus=pcie.0,addr=0x12,bus_nr=0x80,numa_node=1
+        -device pcie-root-port,id=rp1a,bus=pxb1,addr=0x0,chassis=6,slot=0)
+    gpu gpu4 rp1a
+}
+
+TOPOLOGIES="two-socket nested-switch"
+
+# ----------------------------------------------------------------------------- arguments
+QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0
+EXTRA=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --qemu) QEMU_SEL="${2:?}"; shift 2 ;;
+        --topology) TOPOLOGY="${2:?}"; shift 2 ;;
+        --iommu) IOMMU="${2:?}"; shift 2 ;;
+        --initrd) INITRD="${2:?}"; shift 2 ;;
+        --timeout) TIMEOUT="${2:?}"; shift 2 ;;
+        --log) LOGFILE="${2:?}"; shift 2 ;;
+        --append) APPEND="${2?}"; shift 2 ;;
+        --extra) read -r -a w <<<"${2?}"; EXTRA+=(${w[@]+"${w[@]}"}); shift 2 ;;
+        --print-cmd) PRINT=1; shift ;;
+        --list-topologies) echo "$TOPOLOGIES"; exit 0 ;;
+        -h|--help) usage ;;
+        *) echo "error: unknown argument: $1" >&2; usage ;;
+    esac
+done
+[ -n "$QEMU_SEL" ] && [ -n "$TOPOLOGY" ] && [ -n "$IOMMU" ] && [ -n "$INITRD" ] || usage
+[[ "$TIMEOUT" =~ ^[0-9]+$ ]] && [ "$TIMEOUT" -gt 0 ] || { echo "error: --timeout wants seconds" >&2; exit 2; }
+load_paths
+case "$QEMU_SEL" in
+    7.2|7) QEMU="$VP2P_QEMU72" ;;
+    10|10.*|11|11.*) QEMU="$VP2P_QEMU10" ;;
+    */*) QEMU="$QEMU_SEL" ;;
+    *) echo "error: --qemu wants 7.2, 10 or a path" >&2; exit 2 ;;
+esac
+[ -x "$QEMU" ] || { echo "error: QEMU binary $QEMU missing; run setup.sh" >&2; exit 2; }
+[ -r "$INITRD" ] || { echo "error: initrd $INITRD not readable" >&2; exit 2; }
+[ -r "$VP2P_KERNEL" ] || { echo "error: kernel $VP2P_KERNEL missing; run setup.sh" >&2; exit 2; }
+
+TOPO=()
+case "$TOPOLOGY" in
+    two-socket) topo_two_socket ;;
+    nested-switch) topo_nested_switch ;;
+    *) echo "error: unknown topology '$TOPOLOGY' (known: $TOPOLOGIES)" >&2; exit 2 ;;
+esac
+
+CMDLINE="console=ttyS0,115200 panic=-1 quiet rdinit=/init"
+IOMMU_DEV=()
+case "$IOMMU" in
+    # TCG: intremap=on works without kernel-irqchip=split (that is only required with KVM).
+    on) IOMMU_DEV=(-device "intel-iommu,${VP2P_IOMMU_OPTS:-intremap=on,caching-mode=on}")
+        CMDLINE="$CMDLINE intel_iommu=on" ;;
+    off) ;;
+    *) echo "error: --iommu wants on or off" >&2; exit 2 ;;
+esac
+[ -z "$APPEND" ] || CMDLINE="$CMDLINE $APPEND"
+
+ACCEL="tcg"
+[ -z "${VP2P_SMP_THREADS:-}" ] || ACCEL="tcg,thread=$VP2P_SMP_THREADS"
+# intel-iommu goes before every PCI device (QEMU requires it before assigned devices).
+CMD=("$QEMU" -accel "$ACCEL" -nodefaults -no-user-config -display none -no-reboot
+    -serial stdio -monitor none
+    "${IOMMU_DEV[@]}" "${TOPO[@]}"
+    -kernel "$VP2P_KERNEL" -initrd "$INITRD" -append "$CMDLINE"
+    "${EXTRA[@]}")
+if [ "$PRINT" = 1 ]; then printf '%q ' "${CMD[@]}"; echo; exit 0; fi
+
+if [ -n "$LOGFILE" ]; then mkdir -p "$(dirname "$LOGFILE")"; LOG="$LOGFILE"; else
+    LOG="$(mktemp "${TMPDIR:-/tmp}/vp2p-boot.XXXXXX.log")"; trap 'rm -f "$LOG"' EXIT; fi
+log "$(basename "$QEMU") $(qemu_version "$QEMU"), topology $TOPOLOGY, iommu $IOMMU, timeout ${TIMEOUT}s"
+t0=$(date +%s.%N)
+set +e
+timeout -k 5 "$TIMEOUT" "${CMD[@]}" </dev/null 2>&1 | tee "$LOG"
+st=("${PIPESTATUS[@]}")
+set -e
+qrc=${st[0]}
+dt=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
+if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+    log "TIMEOUT: guest did not power off within ${TIMEOUT}s (QEMU killed)"; exit 124
+fi
+if [ "$qrc" != 0 ]; then log "QEMU failed with exit status $qrc after ${dt}s"; exit 4; fi
+exitline="$(tr -d '\r' <"$LOG" | grep -a -o '==VP2P-EXIT [0-9]*' | tail -n1 || true)"
+if [ -z "$exitline" ]; then
+    log "guest powered off/rebooted after ${dt}s without printing ==VP2P-EXIT== (panic or init crash?)"; exit 3
+fi
+grc="${exitline##* }"
+log "guest finished in ${dt}s, init script rc=$grc"
+[ "$grc" = 0 ] || exit 1
+exit 0

@@ -1,0 +1,307 @@
+//! Classification on hand-built topologies that mirror real server layouts:
+//! a dual-socket host with PCIe switches below root ports, a nested switch,
+//! ACS on and off, and NVLink bonds.
+
+use p2p_shared::classify::{classify, PathClass, PeerRoute};
+use p2p_shared::pci::{Acs, AcsFlags, PciePortType};
+use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, NvLink, PciFunction, Topology};
+use p2p_shared::Bdf;
+
+fn bdf(s: &str) -> Bdf {
+    s.parse().unwrap()
+}
+
+fn func(addr: &str, hb: &str, parent: Option<&str>, port: PciePortType) -> PciFunction {
+    let is_bridge = port != PciePortType::Endpoint;
+    PciFunction {
+        bdf: bdf(addr),
+        vendor: 0x10de,
+        device: 0x2335,
+        subsystem_vendor: None,
+        subsystem_device: None,
+        class: if is_bridge { 0x060400 } else { 0x030200 },
+        is_bridge,
+        host_bridge: hb.into(),
+        parent: parent.map(bdf),
+        pcie_port_type: Some(port),
+        acs: AcsState::Absent,
+        iommu_group: None,
+        numa_node: None,
+        cpu_affinity: None,
+        driver: None,
+        link: LinkInfo::default(),
+        config_len: 4096,
+        interfaces: vec![],
+    }
+}
+
+fn acs_rr(on: bool) -> AcsState {
+    let caps = AcsFlags::from_bits(0x1f);
+    AcsState::Present(Acs {
+        offset: 0x148,
+        capability: caps,
+        control: if on { caps } else { AcsFlags::default() },
+    })
+}
+
+fn host_bridge(name: &str, bus: u8, node: Option<u32>) -> HostBridge {
+    HostBridge {
+        name: name.into(),
+        domain: 0,
+        bus,
+        numa_node: node,
+    }
+}
+
+/// Socket 0: pci0000:00 with root port 00:01.0 -> switch 01:00.0 -> DSPs 02:00.0,
+/// 02:01.0, 02:02.0; GPUs 03:00.0 and 04:00.0 below the first two; below the third a
+/// second switch 05:00.0 -> DSP 06:00.0 -> GPU 07:00.0. Root port 00:02.0 -> GPU 08:00.0.
+/// pci0000:20 (also socket 0): root port 20:01.0 -> GPU 21:00.0.
+/// Socket 1: pci0000:80, root port 80:01.0 -> GPU 81:00.0.
+fn server() -> Topology {
+    use PciePortType::*;
+    let mut t = Topology {
+        host_bridges: vec![
+            host_bridge("pci0000:00", 0x00, Some(0)),
+            host_bridge("pci0000:20", 0x20, Some(0)),
+            host_bridge("pci0000:80", 0x80, Some(1)),
+        ],
+        functions: vec![
+            func("0000:00:01.0", "pci0000:00", None, RootPort),
+            func(
+                "0000:01:00.0",
+                "pci0000:00",
+                Some("0000:00:01.0"),
+                SwitchUpstream,
+            ),
+            func(
+                "0000:02:00.0",
+                "pci0000:00",
+                Some("0000:01:00.0"),
+                SwitchDownstream,
+            ),
+            func(
+                "0000:02:01.0",
+                "pci0000:00",
+                Some("0000:01:00.0"),
+                SwitchDownstream,
+            ),
+            func(
+                "0000:02:02.0",
+                "pci0000:00",
+                Some("0000:01:00.0"),
+                SwitchDownstream,
+            ),
+            func("0000:03:00.0", "pci0000:00", Some("0000:02:00.0"), Endpoint),
+            func("0000:04:00.0", "pci0000:00", Some("0000:02:01.0"), Endpoint),
+            func(
+                "0000:05:00.0",
+                "pci0000:00",
+                Some("0000:02:02.0"),
+                SwitchUpstream,
+            ),
+            func(
+                "0000:06:00.0",
+                "pci0000:00",
+                Some("0000:05:00.0"),
+                SwitchDownstream,
+            ),
+            func("0000:07:00.0", "pci0000:00", Some("0000:06:00.0"), Endpoint),
+            func("0000:00:02.0", "pci0000:00", None, RootPort),
+            func("0000:08:00.0", "pci0000:00", Some("0000:00:02.0"), Endpoint),
+            func("0000:20:01.0", "pci0000:20", None, RootPort),
+            func("0000:21:00.0", "pci0000:20", Some("0000:20:01.0"), Endpoint),
+            func("0000:80:01.0", "pci0000:80", None, RootPort),
+            func("0000:81:00.0", "pci0000:80", Some("0000:80:01.0"), Endpoint),
+        ],
+        ..Default::default()
+    };
+    t.sort();
+    t
+}
+
+fn class(t: &Topology, a: &str, b: &str) -> PathClass {
+    classify(t, bdf(a), bdf(b)).unwrap().class
+}
+
+fn path_of(t: &Topology, a: &str, b: &str) -> Vec<String> {
+    let p = classify(t, bdf(a), bdf(b)).unwrap();
+    p.bridges.iter().map(|b| b.bdf.to_string()).collect()
+}
+
+#[test]
+fn classes_follow_nvidia_smi() {
+    let t = server();
+    assert_eq!(class(&t, "0000:03:00.0", "0000:03:00.0"), PathClass::X);
+    assert_eq!(
+        class(&t, "0000:03:00.0", "0000:04:00.0"),
+        PathClass::Pix,
+        "one switch"
+    );
+    assert_eq!(
+        class(&t, "0000:03:00.0", "0000:07:00.0"),
+        PathClass::Pxb,
+        "nested switches"
+    );
+    assert_eq!(
+        class(&t, "0000:03:00.0", "0000:08:00.0"),
+        PathClass::Phb,
+        "two root ports"
+    );
+    assert_eq!(
+        class(&t, "0000:03:00.0", "0000:21:00.0"),
+        PathClass::Node,
+        "two host bridges"
+    );
+    assert_eq!(
+        class(&t, "0000:03:00.0", "0000:81:00.0"),
+        PathClass::Sys,
+        "two sockets"
+    );
+    // Symmetric.
+    assert_eq!(class(&t, "0000:81:00.0", "0000:03:00.0"), PathClass::Sys);
+    assert_eq!(class(&t, "0000:07:00.0", "0000:03:00.0"), PathClass::Pxb);
+}
+
+#[test]
+fn acs_redirect_sends_switch_traffic_to_the_root_complex() {
+    let mut t = server();
+    let p = classify(&t, bdf("0000:03:00.0"), bdf("0000:04:00.0")).unwrap();
+    assert_eq!(
+        p.route,
+        PeerRoute::Switch {
+            at: bdf("0000:01:00.0")
+        }
+    );
+    assert_eq!(p.via_iommu, Some(false));
+    assert_eq!(
+        path_of(&t, "0000:03:00.0", "0000:04:00.0"),
+        ["0000:02:00.0", "0000:01:00.0", "0000:02:01.0"]
+    );
+
+    for f in &mut t.functions {
+        if f.pcie_port_type == Some(PciePortType::SwitchDownstream) {
+            f.acs = acs_rr(true);
+        }
+        f.iommu_group = Some(u32::from(f.bdf.bus));
+    }
+    let p = classify(&t, bdf("0000:03:00.0"), bdf("0000:04:00.0")).unwrap();
+    assert_eq!(
+        p.route,
+        PeerRoute::AcsRedirect {
+            at: bdf("0000:01:00.0"),
+            redirected_by: vec![bdf("0000:02:00.0"), bdf("0000:02:01.0")]
+        }
+    );
+    assert_eq!(p.via_iommu, Some(true));
+    assert_eq!(
+        p.class,
+        PathClass::Pix,
+        "ACS changes the route, not the class"
+    );
+
+    // The capability without the control bit set: no redirect.
+    for f in &mut t.functions {
+        if f.pcie_port_type == Some(PciePortType::SwitchDownstream) {
+            f.acs = acs_rr(false);
+        }
+    }
+    let p = classify(&t, bdf("0000:03:00.0"), bdf("0000:04:00.0")).unwrap();
+    assert_eq!(
+        p.route,
+        PeerRoute::Switch {
+            at: bdf("0000:01:00.0")
+        }
+    );
+    assert_eq!(
+        p.via_iommu,
+        Some(false),
+        "groups exist but traffic stays in the switch"
+    );
+}
+
+#[test]
+fn unknown_acs_is_reported_not_guessed() {
+    let mut t = server();
+    for f in &mut t.functions {
+        if f.bdf == bdf("0000:02:01.0") {
+            f.acs = AcsState::Unknown {
+                why: "64 bytes".into(),
+            };
+        }
+    }
+    let p = classify(&t, bdf("0000:03:00.0"), bdf("0000:04:00.0")).unwrap();
+    assert_eq!(
+        p.route,
+        PeerRoute::AcsUnknown {
+            at: bdf("0000:01:00.0"),
+            unknown: vec![bdf("0000:02:01.0")]
+        }
+    );
+    assert_eq!(p.via_iommu, None);
+}
+
+#[test]
+fn routes_across_host_bridges_and_sockets() {
+    let t = server();
+    let node = classify(&t, bdf("0000:03:00.0"), bdf("0000:21:00.0")).unwrap();
+    assert_eq!(node.route, PeerRoute::HostBridges);
+    let sys = classify(&t, bdf("0000:08:00.0"), bdf("0000:81:00.0")).unwrap();
+    assert_eq!(sys.route, PeerRoute::Sockets);
+    let phb = classify(&t, bdf("0000:03:00.0"), bdf("0000:08:00.0")).unwrap();
+    assert_eq!(
+        phb.route,
+        PeerRoute::RootComplex {
+            host_bridge: "pci0000:00".into()
+        }
+    );
+    assert_eq!(
+        path_of(&t, "0000:03:00.0", "0000:08:00.0"),
+        [
+            "0000:02:00.0",
+            "0000:01:00.0",
+            "0000:00:01.0",
+            "0000:00:02.0"
+        ]
+    );
+}
+
+#[test]
+fn nvlink_wins_over_pcie() {
+    let mut t = server();
+    t.nvlinks.push(NvLink {
+        a: bdf("0000:81:00.0"),
+        b: bdf("0000:03:00.0"),
+        count: Some(18),
+    });
+    let p = classify(&t, bdf("0000:03:00.0"), bdf("0000:81:00.0")).unwrap();
+    assert_eq!(p.class, PathClass::Nv(Some(18)));
+    assert_eq!(p.pcie_class, PathClass::Sys);
+    assert_eq!(p.class.to_string(), "NV18");
+}
+
+#[test]
+fn unknown_numa_is_not_the_same_node_as_a_known_one() {
+    let mut t = server();
+    t.host_bridges[1].numa_node = None; // pci0000:20
+    assert_eq!(class(&t, "0000:03:00.0", "0000:21:00.0"), PathClass::Sys);
+}
+
+#[test]
+fn path_class_text_round_trips_and_orders() {
+    for s in ["X", "PIX", "PXB", "PHB", "NODE", "SYS", "NV18", "NV4"] {
+        assert_eq!(s.parse::<PathClass>().unwrap().to_string(), s);
+    }
+    assert!("NVx".parse::<PathClass>().is_err());
+    assert!(PathClass::Pix.within(PathClass::Phb));
+    assert!(PathClass::Phb.within(PathClass::Phb));
+    assert!(!PathClass::Node.within(PathClass::Phb));
+    assert!(!PathClass::Nv(Some(18)).within(PathClass::Sys));
+}
+
+#[test]
+fn unknown_function_is_an_error() {
+    let t = server();
+    let e = classify(&t, bdf("0000:03:00.0"), bdf("0000:99:00.0")).unwrap_err();
+    assert_eq!(e.to_string(), "0000:99:00.0 is not in the topology");
+}
