@@ -27,6 +27,9 @@ pub const MAX_CLIQUE: u8 = 15;
 pub struct Clique(u8);
 
 impl Clique {
+    /// Clique 0.
+    pub const MIN: Clique = Clique(0);
+
     /// Returns the clique for `id`, or an error above 15 (the field has four bits).
     pub fn new(id: u8) -> Result<Self, CapabilityError> {
         if id > MAX_CLIQUE {

@@ -8,6 +8,7 @@
 pub mod bdf;
 pub mod capability;
 pub mod classify;
+pub mod clique;
 pub mod pci;
 pub mod report;
 pub mod select;
