@@ -6,3 +6,4 @@
 pub mod nvlink;
 pub mod snapshot;
 pub mod sysfs;
+pub mod vmm;

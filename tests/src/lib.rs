@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod ch_server;
+pub mod openapi;
 pub mod topo_m;
 
 /// The repository root (the workspace directory).

@@ -1,5 +1,7 @@
 //! Command-line front end: argument types and one module per subcommand.
 
+mod apply;
+mod plan;
 mod select;
 mod snapshot;
 mod topo;
@@ -21,11 +23,18 @@ enum Command {
     Topo(topo::TopoArgs),
     /// Copy the PCI part of a sysfs tree into a directory (a fixture).
     Snapshot(snapshot::SnapshotArgs),
+    /// Partition each VM's GPUs into P2P cliques, with reasons; --emit writes
+    /// QEMU, libvirt or Cloud Hypervisor configuration.
+    Plan(plan::PlanCmd),
+    /// Hot-add a VM's GPUs with their cliques to a running Cloud Hypervisor.
+    Apply(apply::ApplyArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Topo(a) => topo::run(a),
         Command::Snapshot(a) => snapshot::run(a),
+        Command::Plan(a) => plan::run(a),
+        Command::Apply(a) => apply::run(a),
     }
 }

@@ -1,11 +1,13 @@
 //! Report types that cross the wire (JSON) and their text renderings.
 
 mod cpulist;
+pub mod plan;
 pub mod table;
 pub mod topo;
 mod topo_text;
 
 pub use cpulist::CpuList;
+pub use plan::{PlanReport, PLAN_SCHEMA};
 pub use table::Table;
 pub use topo::{BridgeEntry, DeviceEntry, Matrix, TopoReport, TOPO_SCHEMA};
 pub use topo_text::LEGEND;

@@ -1,0 +1,190 @@
+//! A minimal client for Cloud Hypervisor's REST API on its Unix socket: one
+//! HTTP/1.1 request per connection, the response parsed with `httparse`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cloud_hypervisor::DeviceConfig;
+
+/// How long to wait for an answer: hot-adding a GPU maps its BARs, which can
+/// take a while for large ones.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why a request got no HTTP answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{path}: cannot connect to the API socket: {why}")]
+    Connect { path: PathBuf, why: String },
+    #[error("{path}: {why}")]
+    Io { path: PathBuf, why: String },
+    #[error("{path}: malformed HTTP response: {why}")]
+    Malformed { path: PathBuf, why: String },
+}
+
+/// An HTTP answer: status code and body text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiResponse {
+    pub status: u16,
+    pub body: String,
+}
+
+impl ApiResponse {
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// A Cloud Hypervisor API endpoint (`--api-socket PATH`).
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    socket: PathBuf,
+}
+
+impl ApiClient {
+    pub fn new(socket: impl AsRef<Path>) -> Self {
+        Self {
+            socket: socket.as_ref().to_path_buf(),
+        }
+    }
+
+    /// `PUT /api/v1/<endpoint>` with a JSON body.
+    pub fn put(&self, endpoint: &str, body: &str) -> Result<ApiResponse, ApiError> {
+        let io = |e: std::io::Error| ApiError::Io {
+            path: self.socket.clone(),
+            why: e.to_string(),
+        };
+        let mut stream = UnixStream::connect(&self.socket).map_err(|e| ApiError::Connect {
+            path: self.socket.clone(),
+            why: e.to_string(),
+        })?;
+        stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
+        stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
+        let request = format!(
+            "PUT /api/v1/{endpoint} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).map_err(io)?;
+        self.read_response(&mut stream)
+    }
+
+    fn read_response(&self, stream: &mut UnixStream) -> Result<ApiResponse, ApiError> {
+        let malformed = |why: String| ApiError::Malformed {
+            path: self.socket.clone(),
+            why,
+        };
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).map_err(|e| ApiError::Io {
+                path: self.socket.clone(),
+                why: e.to_string(),
+            })?;
+            buf.extend_from_slice(&chunk[..n]);
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(&buf) {
+                Ok(httparse::Status::Complete(head_len)) => {
+                    let status = resp
+                        .code
+                        .ok_or_else(|| malformed("no status code".into()))?;
+                    let length = resp
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .map(|h| {
+                            std::str::from_utf8(h.value)
+                                .ok()
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .ok_or_else(|| malformed("bad Content-Length".into()))
+                        })
+                        .transpose()?;
+                    let body = self.read_body(stream, buf[head_len..].to_vec(), length, status)?;
+                    return Ok(ApiResponse {
+                        status,
+                        body: String::from_utf8_lossy(&body).into_owned(),
+                    });
+                }
+                Ok(httparse::Status::Partial) if n == 0 => {
+                    return Err(malformed(
+                        "connection closed before the headers ended".into(),
+                    ))
+                }
+                Ok(httparse::Status::Partial) => continue,
+                Err(e) => return Err(malformed(e.to_string())),
+            }
+        }
+    }
+
+    fn read_body(
+        &self,
+        stream: &mut UnixStream,
+        mut body: Vec<u8>,
+        length: Option<usize>,
+        status: u16,
+    ) -> Result<Vec<u8>, ApiError> {
+        let io = |e: std::io::Error| ApiError::Io {
+            path: self.socket.clone(),
+            why: e.to_string(),
+        };
+        match length {
+            Some(len) => {
+                while body.len() < len {
+                    let mut chunk = vec![0u8; len - body.len()];
+                    let n = stream.read(&mut chunk).map_err(io)?;
+                    if n == 0 {
+                        return Err(ApiError::Malformed {
+                            path: self.socket.clone(),
+                            why: format!("body ended after {} of {len} bytes", body.len()),
+                        });
+                    }
+                    body.extend_from_slice(&chunk[..n]);
+                }
+                body.truncate(len);
+            }
+            None if status == 204 || status == 304 || (100..200).contains(&status) => body.clear(),
+            None => {
+                stream.read_to_end(&mut body).map_err(io)?;
+            }
+        }
+        Ok(body)
+    }
+}
+
+/// The answer to one GPU's hot-add.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AddOutcome {
+    pub device: DeviceConfig,
+    pub status: u16,
+    pub body: String,
+}
+
+/// Sends `vm.add-device` for each device in order and stops at the first
+/// error answer; returns the answers received, the failing one last.
+pub fn add_devices(
+    client: &ApiClient,
+    devices: &[DeviceConfig],
+    mut progress: impl FnMut(&AddOutcome),
+) -> Result<Vec<AddOutcome>, ApiError> {
+    let mut out = Vec::new();
+    for d in devices {
+        let body = serde_json::to_string(d).map_err(|e| ApiError::Io {
+            path: client.socket.clone(),
+            why: e.to_string(),
+        })?;
+        let resp = client.put("vm.add-device", &body)?;
+        let outcome = AddOutcome {
+            device: d.clone(),
+            status: resp.status,
+            body: resp.body.clone(),
+        };
+        progress(&outcome);
+        out.push(outcome);
+        if !resp.is_success() {
+            break;
+        }
+    }
+    Ok(out)
+}

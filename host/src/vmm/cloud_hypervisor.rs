@@ -1,0 +1,57 @@
+//! Cloud Hypervisor: `--device` arguments with `x_nv_gpudirect_clique`, the
+//! `--platform vfio_p2p_dma=on` it requires since v52, and the DeviceConfig
+//! bodies `p2p-host apply` sends to `PUT /api/v1/vm.add-device`.
+
+use std::fmt::Write;
+
+use p2p_shared::clique::CliquePlan;
+use p2p_shared::Bdf;
+use serde::{Deserialize, Serialize};
+
+/// The sysfs path Cloud Hypervisor opens for a VFIO device.
+pub fn sysfs_path(bdf: &Bdf) -> String {
+    format!("/sys/bus/pci/devices/{bdf}/")
+}
+
+/// The DeviceConfig body of `vm.add-device` (OpenAPI schema DeviceConfig).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceConfig {
+    pub path: String,
+    pub id: String,
+    /// int8 in the spec; clique ids are 0..=15.
+    pub x_nv_gpudirect_clique: i8,
+}
+
+/// The request bodies for a VM's GPUs, in plan order.
+pub fn device_configs(plan: &CliquePlan) -> Vec<DeviceConfig> {
+    plan.assignments
+        .iter()
+        .enumerate()
+        .map(|(i, a)| DeviceConfig {
+            path: sysfs_path(&a.bdf),
+            id: super::device_id(i),
+            // Clique ids are 0..=15, so the cast cannot wrap.
+            x_nv_gpudirect_clique: a.clique.id() as i8,
+        })
+        .collect()
+}
+
+/// Command-line arguments for one VM.
+pub fn arguments(plan: &CliquePlan) -> String {
+    let mut out = format!(
+        "# {}: {} GPU(s), {} clique(s), max level {}\n--platform vfio_p2p_dma=on",
+        plan.vm,
+        plan.assignments.len(),
+        plan.cliques.len(),
+        plan.max_level
+    );
+    for d in device_configs(plan) {
+        let _ = write!(
+            out,
+            " \\\n--device path={},id={},x_nv_gpudirect_clique={}",
+            d.path, d.id, d.x_nv_gpudirect_clique
+        );
+    }
+    out.push('\n');
+    out
+}

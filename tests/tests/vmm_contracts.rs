@@ -1,0 +1,360 @@
+//! Contract tests: what `p2p-host plan --emit` writes is fed to the real
+//! consumers (QEMU's option parser, libvirt's own schema, Cloud Hypervisor's
+//! OpenAPI spec), and `p2p-host apply` talks to a server that answers as the
+//! spec says. QEMU and libvirt's validator must be installed (scripts/setup.sh);
+//! a missing tool fails the test with a message saying so.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use p2p_tests::ch_server::FakeCloudHypervisor;
+use p2p_tests::openapi::SchemaCheck;
+use p2p_tests::{run, unpack_fixture};
+use serde_json::{json, Value};
+
+const FIXTURE: &str = "h200x4-passthrough-guest";
+
+fn tool(name: &str) -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "{name} is not installed: run `bash scripts/setup.sh` (the README's test command does)"
+        )
+    })
+}
+
+/// `plan` on the 4-GPU fixture at PIX: four GPUs on a flat bus, one clique each.
+fn plan(extra: &[&str]) -> String {
+    let tree = unpack_fixture(FIXTURE);
+    let mut args = vec![
+        "plan",
+        "--sysfs-root",
+        tree.path().to_str().unwrap(),
+        "--max-level",
+        "pix",
+    ];
+    args.extend_from_slice(extra);
+    let r = run("p2p-host", &args);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    r.stdout
+}
+
+fn qemu_accepts(device_arg: &str) -> Result<(), String> {
+    let out = Command::new(tool("qemu-system-x86_64"))
+        .args([
+            "-machine",
+            "q35,accel=tcg",
+            "-nodefaults",
+            "-display",
+            "none",
+            "-S",
+            "-device",
+            device_arg,
+        ])
+        .output()
+        .expect("qemu runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    // Every argument names a host GPU that does not exist here: that must be
+    // the only complaint, which proves the property name and value parsed.
+    if err.contains("no such host device") && !err.contains("Property") {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+#[test]
+fn qemu_parses_every_emitted_device() {
+    let text = plan(&["--emit", "qemu"]);
+    let devices: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("-device "))
+        .map(|l| l.trim_end_matches(" \\").to_string())
+        .collect();
+    assert_eq!(devices.len(), 4, "{text}");
+    for (i, d) in devices.iter().enumerate() {
+        assert!(d.ends_with(&format!("x-nv-gpudirect-clique={i}")), "{d}");
+        qemu_accepts(d).unwrap_or_else(|e| panic!("QEMU refused {d}: {e}"));
+    }
+    // Controls: QEMU does check the property, so the test above can fail.
+    let bad = devices[0].replace("clique=0", "clique=16");
+    assert!(qemu_accepts(&bad).unwrap_err().contains("valid range 0-15"));
+    let typo = devices[0].replace("gpudirect-clique", "gpudirect-cliqu");
+    assert!(qemu_accepts(&typo).unwrap_err().contains("not found"));
+}
+
+fn libvirt_validates(xml: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("domain.xml");
+    std::fs::write(&file, xml).unwrap();
+    let out = Command::new(tool("virt-xml-validate"))
+        .arg(&file)
+        .arg("domain")
+        .output()
+        .expect("virt-xml-validate runs");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Puts the emitted fragments where their comments say, in a minimal domain.
+fn domain_from_fragments(fragments: &str) -> String {
+    let (devices, rest) = fragments
+        .split_once("<!-- Inside <domain>, after <devices>: -->\n")
+        .expect("the fragments say where the override goes");
+    let devices = devices
+        .split_once("<!-- Inside <devices>: -->\n")
+        .unwrap()
+        .1;
+    format!(
+        "<domain type='kvm' xmlns:qemu='{}'>\n<name>vp2p</name>\n<memory unit='GiB'>8</memory>\n\
+         <os><type arch='x86_64' machine='q35'>hvm</type></os>\n<devices>\n{devices}</devices>\n{rest}</domain>\n",
+        p2p_host::vmm::libvirt::QEMU_NAMESPACE
+    )
+}
+
+#[test]
+fn libvirt_schema_accepts_the_fragments() {
+    let text = plan(&["--emit", "libvirt"]);
+    assert_eq!(text.matches("<hostdev ").count(), 4);
+    assert_eq!(text.matches("name='x-nv-gpudirect-clique'").count(), 4);
+    let xml = domain_from_fragments(&text);
+    libvirt_validates(&xml).unwrap_or_else(|e| panic!("libvirt rejects:\n{xml}\n{e}"));
+    // Control: the schema does look at the override block.
+    let broken = xml.replacen("type='unsigned'", "type='bogus'", 1);
+    assert!(libvirt_validates(&broken).is_err());
+    // The library's complete example domain validates too.
+    let tree = unpack_fixture(FIXTURE);
+    let topo =
+        p2p_host::sysfs::scan(&p2p_host::sysfs::SysfsRoot::new(tree.path()).unwrap()).unwrap();
+    let gpus: Vec<_> = topo
+        .functions
+        .iter()
+        .filter(|f| f.vendor == 0x10de)
+        .map(|f| f.bdf)
+        .collect();
+    let plan = p2p_shared::clique::plan_cliques(&topo, "vm0", &gpus, Default::default()).unwrap();
+    libvirt_validates(&p2p_host::vmm::libvirt::example_domain(&plan)).unwrap();
+}
+
+#[test]
+fn cloud_hypervisor_bodies_match_the_openapi_spec() {
+    let device = SchemaCheck::component("DeviceConfig");
+    let tree = unpack_fixture(FIXTURE);
+    let topo =
+        p2p_host::sysfs::scan(&p2p_host::sysfs::SysfsRoot::new(tree.path()).unwrap()).unwrap();
+    let gpus: Vec<_> = topo
+        .functions
+        .iter()
+        .filter(|f| f.vendor == 0x10de)
+        .map(|f| f.bdf)
+        .collect();
+    let level = p2p_shared::clique::MaxLevel::new(p2p_shared::PathClass::Pix).unwrap();
+    let plan = p2p_shared::clique::plan_cliques(&topo, "vm0", &gpus, level).unwrap();
+    let bodies = p2p_host::vmm::cloud_hypervisor::device_configs(&plan);
+    assert_eq!(bodies.len(), 4);
+    for b in &bodies {
+        let v = serde_json::to_value(b).unwrap();
+        device
+            .check(&v)
+            .unwrap_or_else(|e| panic!("{v} violates DeviceConfig: {e}"));
+    }
+    // Controls: the check knows int8 and the property names.
+    assert!(device
+        .check(&json!({"path": "/x", "x_nv_gpudirect_clique": 200}))
+        .is_err());
+    assert!(device
+        .check(&json!({"path": "/x", "x_nv_gpu_direct_clique": 1}))
+        .is_err());
+    assert!(
+        device
+            .check(&json!({"path": "/x", "x_nv_gpudirect_clique": -1}))
+            .is_ok(),
+        "int8, as the spec says"
+    );
+
+    // The CLI form names the same paths and values, and turns vfio_p2p_dma on.
+    let text = plan_cli_ch();
+    assert!(text.contains("--platform vfio_p2p_dma=on"));
+    let platform = SchemaCheck::component("PlatformConfig");
+    platform.check(&json!({"vfio_p2p_dma": true})).unwrap();
+    for b in &bodies {
+        assert!(
+            text.contains(&format!(
+                "--device path={},id={},x_nv_gpudirect_clique={}",
+                b.path, b.id, b.x_nv_gpudirect_clique
+            )),
+            "{text}"
+        );
+    }
+}
+
+fn plan_cli_ch() -> String {
+    plan(&["--emit", "cloud-hypervisor"])
+}
+
+fn apply(socket: &Path, extra: &[&str]) -> p2p_tests::Run {
+    let tree = unpack_fixture(FIXTURE);
+    let mut args = vec![
+        "apply",
+        "--api-socket",
+        socket.to_str().unwrap(),
+        "--sysfs-root",
+        tree.path().to_str().unwrap(),
+        "--max-level",
+        "pix",
+    ];
+    args.extend_from_slice(extra);
+    run("p2p-host", &args)
+}
+
+#[test]
+fn apply_hot_adds_every_gpu_and_reports_each_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ch.sock");
+    let info = |id: &str, slot: u8| {
+        Some(json!({"id": id, "bdf": format!("0000:00:{slot:02x}.0")}).to_string())
+    };
+    let server = FakeCloudHypervisor::start(
+        &sock,
+        vec![
+            (200, info("ua-vp2p-gpu0", 5)),
+            (200, info("ua-vp2p-gpu1", 6)),
+            (204, None),
+            (200, info("ua-vp2p-gpu3", 8)),
+        ],
+    );
+    let r = apply(&sock, &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let got = server.received();
+    assert_eq!(got.len(), 4);
+    let schema = SchemaCheck::component("DeviceConfig");
+    let answer = SchemaCheck::component("PciDeviceInfo");
+    for (i, req) in got.iter().enumerate() {
+        assert_eq!(req.method, "PUT");
+        assert_eq!(req.path, "/api/v1/vm.add-device");
+        assert_eq!(req.content_type.as_deref(), Some("application/json"));
+        let body: Value = serde_json::from_str(&req.body).unwrap();
+        schema.check(&body).unwrap();
+        assert_eq!(body["x_nv_gpudirect_clique"], i);
+        assert_eq!(
+            body["path"],
+            format!("/sys/bus/pci/devices/0000:00:{:02x}.0/", 6 + i)
+        );
+    }
+    answer
+        .check(&serde_json::from_str(&info("a", 1).unwrap()).unwrap())
+        .unwrap();
+    assert!(
+        r.stdout
+            .contains("/sys/bus/pci/devices/0000:00:06.0/ clique 0 -> 200"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("/sys/bus/pci/devices/0000:00:08.0/ clique 2 -> 204"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("added 4 GPU(s)"), "{}", r.stdout);
+}
+
+#[test]
+fn apply_stops_at_the_first_refusal_and_names_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ch.sock");
+    let server = FakeCloudHypervisor::start(
+        &sock,
+        vec![
+            (
+                200,
+                Some(json!({"id": "ua-vp2p-gpu0", "bdf": "0000:00:05.0"}).to_string()),
+            ),
+            (400, Some("\"Error adding device: invalid clique\"".into())),
+            (200, None),
+        ],
+    );
+    let r = apply(&sock, &[]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(
+        server.received().len(),
+        2,
+        "nothing is sent after a refusal"
+    );
+    assert!(
+        r.stderr.contains(
+            "refused /sys/bus/pci/devices/0000:00:07.0/ (id ua-vp2p-gpu1, clique 1): HTTP 400"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("invalid clique"), "{}", r.stderr);
+    assert!(r.stderr.contains("1 of 4 GPU(s) added"), "{}", r.stderr);
+    drop(server);
+
+    let sock = dir.path().join("ch2.sock");
+    let server = FakeCloudHypervisor::start(&sock, vec![(404, None)]);
+    let r = apply(&sock, &["--vm", "solo=0000:00:09.0"]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(server.received().len(), 1);
+    assert!(
+        r.stderr.contains("HTTP 404; 0 of 1 GPU(s) added"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn apply_without_a_server_names_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("absent.sock");
+    let r = apply(&sock, &[]);
+    assert_eq!(r.code, Some(1));
+    assert!(
+        r.stderr.contains("absent.sock: cannot connect"),
+        "{}",
+        r.stderr
+    );
+    let r = apply(&sock, &["--vm", "a=0000:00:06.0", "--vm", "b=0000:00:07.0"]);
+    assert!(r.stderr.contains("apply drives one VM"), "{}", r.stderr);
+}
+
+#[test]
+fn plan_refuses_bad_input() {
+    let tree = unpack_fixture(FIXTURE);
+    let root = tree.path().to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--vm", "a=0000:00:06.0,0000:41:00.0"],
+            "0000:41:00.0 is not a PCI function of this host",
+        ),
+        (
+            &["--vm", "a=0000:00:06.0", "--vm", "b=0000:00:06.0"],
+            "0000:00:06.0 is given to two VMs: a and b",
+        ),
+        (
+            &["--vm", "a=0000:00:03.0"],
+            "0000:00:03.0 (vendor 0x1af4, class 0x020000) is not a GPU",
+        ),
+        (&["--max-level", "nv18"], "max level must be a PCIe class"),
+        (&["--vm", "bad name=0000:00:06.0"], "a VM name is letters"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["plan", "--sysfs-root", root];
+        args.extend_from_slice(extra);
+        let r = run("p2p-host", &args);
+        assert_ne!(r.code, Some(0), "{extra:?} was accepted");
+        assert!(r.stderr.contains(needle), "{extra:?}: {}", r.stderr);
+    }
+}
