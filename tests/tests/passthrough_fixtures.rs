@@ -186,3 +186,22 @@ fn cli_json_has_the_documented_schema() {
         .stdout
         .contains("NV#  = Connection traversing a bonded set of # NVLinks"));
 }
+
+#[test]
+fn live_nvml_run_on_h200x2_matched_nvidia_smi() {
+    // Recorded on the GPU VM: p2p-host read NVLinks through NVML, and printed
+    // the matrix nvidia-smi printed in the same run.
+    let dir = fixture_dir("h200x2-live-nvml");
+    let ours: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("topo.json")).unwrap()).unwrap();
+    let smi = TopoM::parse(&std::fs::read_to_string(dir.join("topo-m.txt")).unwrap()).unwrap();
+    assert_eq!(ours["nvlink_source"], "nvml");
+    assert_eq!(ours["links"], serde_json::json!(smi.cells));
+    // The snapshot taken there scans to the same PCIe picture offline.
+    let tree = unpack_fixture("h200x2-live-nvml");
+    let (_, report) = load(tree.path(), None);
+    let bdfs: Vec<String> = report.gpus.iter().map(|g| g.bdf.to_string()).collect();
+    assert_eq!(serde_json::json!(bdfs), serde_json::json!(ours["gpus"].as_array().unwrap().iter().map(|g| g["bdf"].clone()).collect::<Vec<_>>()));
+    assert_eq!(report.links[0][1], PathClass::Phb, "PCIe class under the NVLink");
+    assert_eq!(report.numa_affinity(&report.gpus[0]).map(|n| n.to_string()), smi.numa_affinity[0]);
+}
