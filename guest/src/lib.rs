@@ -1,1 +1,5 @@
-//! p2p-guest library.
+//! p2p-guest: vp2p inside the VM.
+
+pub mod cuda;
+pub mod decide;
+pub mod probe;

@@ -1,5 +1,6 @@
 //! Report types that cross the wire (JSON) and their text renderings.
 
+pub mod bench;
 mod cpulist;
 pub mod plan;
 pub mod table;

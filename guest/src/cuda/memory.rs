@@ -1,0 +1,176 @@
+//! Device and pinned host buffers owned by one GPU's context, freed on drop.
+//! Raw pointers, not cudarc slices: timed code passes them to copies and
+//! kernels on streams of several GPUs without implicit synchronisation.
+
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaContext};
+
+use super::{check, CudaError, Gpu};
+
+/// `bytes` of device memory on one GPU.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
+    ctx: Arc<CudaContext>,
+    ordinal: usize,
+}
+
+impl DeviceBuffer {
+    /// Allocates `bytes` (at least one) on `gpu`.
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self, CudaError> {
+        bind(&gpu.ctx, gpu.ordinal)?;
+        // SAFETY: the GPU's context is current on this thread.
+        let ptr =
+            unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|source| CudaError::Call {
+                call: "cuMemAlloc",
+                ordinal: gpu.ordinal,
+                source,
+            })?;
+        Ok(Self {
+            ptr,
+            bytes,
+            ctx: Arc::clone(&gpu.ctx),
+            ordinal: gpu.ordinal,
+        })
+    }
+
+    /// Sets every byte to `value`, on the null stream, and waits.
+    pub fn fill_bytes(&self, value: u8) -> Result<(), CudaError> {
+        bind(&self.ctx, self.ordinal)?;
+        // SAFETY: ptr..ptr+bytes is this allocation; the context is current.
+        check(
+            unsafe { sys::cuMemsetD8_v2(self.ptr, value, self.bytes) },
+            "cuMemsetD8",
+            self.ordinal,
+        )
+    }
+
+    /// Reads the buffer back (for small checks and tests).
+    pub fn to_host(&self) -> Result<Vec<u8>, CudaError> {
+        bind(&self.ctx, self.ordinal)?;
+        let mut out = vec![0u8; self.bytes];
+        // SAFETY: `out` holds `bytes` bytes; the source is this allocation.
+        check(
+            unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, self.bytes) },
+            "cuMemcpyDtoH",
+            self.ordinal,
+        )?;
+        Ok(out)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the pointer came from cuMemAlloc in this context and
+            // nothing uses it after drop. An error here cannot be acted upon.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory mapped into every context (portable + device-mapped).
+#[derive(Debug)]
+pub struct PinnedBuffer {
+    pub host: *mut u8,
+    pub device: sys::CUdeviceptr,
+    pub bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is plain memory owned by this value; the driver allows
+// its use from any thread once allocated.
+unsafe impl Send for PinnedBuffer {}
+
+impl PinnedBuffer {
+    /// Allocates `bytes` of pinned memory through `gpu`'s context.
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self, CudaError> {
+        bind(&gpu.ctx, gpu.ordinal)?;
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: writes the allocation's address into `host`.
+        check(
+            unsafe { sys::cuMemHostAlloc(&mut host, bytes.max(1), flags) },
+            "cuMemHostAlloc",
+            gpu.ordinal,
+        )?;
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: `host` is a mapped pinned allocation of this context.
+        check(
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) },
+            "cuMemHostGetDevicePointer",
+            gpu.ordinal,
+        )?;
+        // SAFETY: `host` points to `bytes` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes.max(1)) };
+        Ok(Self {
+            host: host.cast(),
+            device,
+            bytes,
+            ctx: Arc::clone(&gpu.ctx),
+        })
+    }
+
+    /// Writes a 32-bit word at `index` with a volatile store, for flags that
+    /// running kernels poll.
+    pub fn write_u32(&self, index: usize, value: u32) {
+        assert!(
+            (index + 1) * 4 <= self.bytes,
+            "flag index {index} outside the buffer"
+        );
+        // SAFETY: in bounds (checked above) and 4-byte aligned (pinned
+        // allocations are page aligned); volatile so the store is not elided.
+        unsafe { std::ptr::write_volatile(self.host.cast::<u32>().add(index), value) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Reads a 32-bit word at `index` with a volatile load.
+    pub fn read_u32(&self, index: usize) -> u32 {
+        assert!(
+            (index + 1) * 4 <= self.bytes,
+            "flag index {index} outside the buffer"
+        );
+        // SAFETY: in bounds and aligned, as in write_u32.
+        unsafe { std::ptr::read_volatile(self.host.cast::<u32>().add(index)) }
+    }
+
+    /// Reads a 64-bit word at `index` with a volatile load.
+    pub fn read_u64(&self, index: usize) -> u64 {
+        assert!(
+            (index + 1) * 8 <= self.bytes,
+            "word index {index} outside the buffer"
+        );
+        // SAFETY: in bounds and 8-byte aligned (page-aligned base).
+        unsafe { std::ptr::read_volatile(self.host.cast::<u64>().add(index)) }
+    }
+
+    /// Writes a 64-bit word at `index`.
+    pub fn write_u64(&self, index: usize, value: u64) {
+        assert!(
+            (index + 1) * 8 <= self.bytes,
+            "word index {index} outside the buffer"
+        );
+        // SAFETY: in bounds and 8-byte aligned (page-aligned base).
+        unsafe { std::ptr::write_volatile(self.host.cast::<u64>().add(index), value) };
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by cuMemHostAlloc in this context; unused after drop.
+            let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
+        }
+    }
+}
+
+/// Makes `ctx` current on this thread.
+pub(crate) fn bind(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<(), CudaError> {
+    ctx.bind_to_thread().map_err(|source| CudaError::Call {
+        call: "cuCtxSetCurrent",
+        ordinal,
+        source,
+    })
+}

@@ -1,0 +1,169 @@
+//! CUDA through cudarc's dynamically loaded driver API: the binary builds and
+//! starts without CUDA, and says so instead of failing when the driver,
+//! NVRTC or NCCL is absent.
+
+pub mod memory;
+pub mod peer;
+pub mod program;
+
+use std::ffi::CStr;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaContext, DriverError};
+use p2p_shared::Bdf;
+
+/// Why a CUDA call failed, naming the call and the GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("the CUDA driver library (libcuda.so) is not installed or not in the loader path")]
+    NoDriver,
+    #[error("{call} on GPU {ordinal}: {source}")]
+    Call {
+        call: &'static str,
+        ordinal: usize,
+        source: DriverError,
+    },
+    #[error("{call}: {source}")]
+    Global {
+        call: &'static str,
+        source: DriverError,
+    },
+    #[error("NVRTC could not compile the kernels for sm_{major}{minor}: {log}")]
+    Compile { major: i32, minor: i32, log: String },
+    #[error("the NVRTC library (libnvrtc.so) is not installed or not in the loader path")]
+    NoNvrtc,
+    #[error("GPU {ordinal}: {what}")]
+    Device { ordinal: usize, what: String },
+}
+
+/// Turns a driver status into a result naming the call and GPU.
+pub(crate) fn check(
+    status: sys::CUresult,
+    call: &'static str,
+    ordinal: usize,
+) -> Result<(), CudaError> {
+    status.result().map_err(|source| CudaError::Call {
+        call,
+        ordinal,
+        source,
+    })
+}
+
+/// True when `libcuda.so` can be loaded.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library by its known names.
+    unsafe { sys::is_culib_present() }
+}
+
+/// True when `libnvrtc.so` can be loaded.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library by its known names.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// True when `libnccl.so` can be loaded.
+pub fn nccl_present() -> bool {
+    // SAFETY: only tries to dlopen the library by its known names.
+    unsafe { cudarc::nccl::sys::is_culib_present() }
+}
+
+/// One CUDA device with its primary context.
+#[derive(Debug, Clone)]
+pub struct Gpu {
+    pub ordinal: usize,
+    pub bdf: Bdf,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub memory_bytes: u64,
+    pub ctx: Arc<CudaContext>,
+}
+
+impl Gpu {
+    pub fn cu_device(&self) -> sys::CUdevice {
+        self.ctx.cu_device()
+    }
+}
+
+/// The driver and its GPUs, in CUDA ordinal order.
+#[derive(Debug, Clone)]
+pub struct Cuda {
+    pub driver_api: i32,
+    pub gpus: Vec<Gpu>,
+}
+
+impl Cuda {
+    /// Loads the driver, initialises it and opens every GPU's primary context.
+    /// Event tracking is turned off: timed code orders its work itself.
+    pub fn open() -> Result<Cuda, CudaError> {
+        if !driver_present() {
+            return Err(CudaError::NoDriver);
+        }
+        result::init().map_err(|source| CudaError::Global {
+            call: "cuInit",
+            source,
+        })?;
+        let mut version = 0;
+        // SAFETY: writes one int through a valid pointer.
+        check(
+            unsafe { sys::cuDriverGetVersion(&mut version) },
+            "cuDriverGetVersion",
+            0,
+        )?;
+        let count = result::device::get_count().map_err(|source| CudaError::Global {
+            call: "cuDeviceGetCount",
+            source,
+        })?;
+        let mut gpus = Vec::new();
+        for ordinal in 0..count.max(0) as usize {
+            let call = |call, source| CudaError::Call {
+                call,
+                ordinal,
+                source,
+            };
+            let ctx = CudaContext::new(ordinal).map_err(|e| call("cuDevicePrimaryCtxRetain", e))?;
+            // SAFETY: no stream of ours relies on cudarc's automatic event
+            // tracking; every timed sequence synchronises explicitly.
+            unsafe { ctx.disable_event_tracking() };
+            let name = ctx.name().map_err(|e| call("cuDeviceGetName", e))?;
+            let compute_capability = ctx
+                .compute_capability()
+                .map_err(|e| call("cuDeviceGetAttribute", e))?;
+            let memory_bytes = ctx.total_mem().map_err(|e| call("cuDeviceTotalMem", e))? as u64;
+            let bdf = pci_bus_id(ctx.cu_device(), ordinal)?;
+            gpus.push(Gpu {
+                ordinal,
+                bdf,
+                name,
+                compute_capability,
+                memory_bytes,
+                ctx,
+            });
+        }
+        Ok(Cuda {
+            driver_api: version,
+            gpus,
+        })
+    }
+}
+
+/// The PCI address of a device, as the driver reports it.
+fn pci_bus_id(dev: sys::CUdevice, ordinal: usize) -> Result<Bdf, CudaError> {
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: the buffer is 32 bytes and its length is passed; the driver
+    // writes a NUL-terminated string no longer than that.
+    check(
+        unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) },
+        "cuDeviceGetPCIBusId",
+        ordinal,
+    )?;
+    // SAFETY: the driver NUL-terminated the string inside the buffer.
+    let text = unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    text.to_ascii_lowercase()
+        .parse()
+        .map_err(|e| CudaError::Device {
+            ordinal,
+            what: format!("PCI bus id '{text}': {e}"),
+        })
+}

@@ -1,0 +1,79 @@
+//! The kernels of `p2p-kernels`, compiled with NVRTC for each GPU's compute
+//! capability and loaded into its context.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use p2p_kernels::{entry, SOURCE};
+
+use super::{CudaError, Gpu};
+
+/// One GPU's loaded kernels.
+#[derive(Debug, Clone)]
+pub struct Kernels {
+    pub copy: CudaFunction,
+    pub spin: CudaFunction,
+    pub pingpong: CudaFunction,
+    pub fill: CudaFunction,
+    pub verify: CudaFunction,
+    pub reduce_check: CudaFunction,
+    _module: Arc<CudaModule>,
+}
+
+/// Compiles once per compute capability and loads into every GPU.
+pub fn load_all(gpus: &[Gpu]) -> Result<Vec<Kernels>, CudaError> {
+    if !super::nvrtc_present() {
+        return Err(CudaError::NoNvrtc);
+    }
+    let mut ptx_by_cc = BTreeMap::new();
+    let mut out = Vec::new();
+    for gpu in gpus {
+        let (major, minor) = gpu.compute_capability;
+        let ptx = match ptx_by_cc.get(&(major, minor)) {
+            Some(p) => Clone::clone(p),
+            None => {
+                let opts = CompileOptions {
+                    options: vec![
+                        format!("--gpu-architecture=compute_{major}{minor}"),
+                        "-std=c++17".into(),
+                    ],
+                    name: Some("vp2p_kernels.cu".into()),
+                    ..Default::default()
+                };
+                let ptx = compile_ptx_with_opts(SOURCE, opts).map_err(|e| CudaError::Compile {
+                    major,
+                    minor,
+                    log: e.to_string(),
+                })?;
+                ptx_by_cc.insert((major, minor), ptx.clone());
+                ptx
+            }
+        };
+        let call = |call, source| CudaError::Call {
+            call,
+            ordinal: gpu.ordinal,
+            source,
+        };
+        let module = gpu
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| call("cuModuleLoadData", e))?;
+        let f = |name| {
+            module
+                .load_function(name)
+                .map_err(|e| call("cuModuleGetFunction", e))
+        };
+        out.push(Kernels {
+            copy: f(entry::COPY)?,
+            spin: f(entry::SPIN)?,
+            pingpong: f(entry::PINGPONG)?,
+            fill: f(entry::FILL)?,
+            verify: f(entry::VERIFY)?,
+            reduce_check: f(entry::REDUCE_CHECK)?,
+            _module: Arc::clone(&module),
+        });
+    }
+    Ok(out)
+}

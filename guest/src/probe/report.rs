@@ -1,0 +1,274 @@
+//! The probe report (schema `vp2p.probe/1`): GPUs with their capability and
+//! clique, the hypervisor check, NVLink, what CUDA says, and the decision and
+//! inconsistencies per pair.
+
+use std::fmt::Write;
+
+use p2p_shared::report::Table;
+use p2p_shared::Bdf;
+use serde::{Deserialize, Serialize};
+
+use super::hypervisor::HypervisorInfo;
+use super::nvml::{GpuLinks, NvLinkView};
+use super::sysfs::{CapabilityState, GuestGpu};
+use crate::decide::{self, CudaPeer, Flag, PairFacts, PeerDecision, Verdict};
+
+/// Schema tag carried in every probe report.
+pub const PROBE_SCHEMA: &str = "vp2p.probe/1";
+
+/// A GPU with everything the probe learnt about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeGpu {
+    pub bdf: Bdf,
+    pub vendor: String,
+    pub device: String,
+    pub config_len: usize,
+    pub capability: CapabilityState,
+    /// The clique the driver would read, or null.
+    pub clique: Option<u8>,
+    /// CUDA ordinal, when CUDA is available and sees the GPU.
+    pub cuda_ordinal: Option<usize>,
+    pub nvlink: Option<GpuLinks>,
+}
+
+/// CUDA's availability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaStatus {
+    pub available: bool,
+    /// Why not, when unavailable.
+    pub why: Option<String>,
+    pub driver_api: Option<i32>,
+}
+
+/// What `--enable` did for one ordered pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnableResult {
+    pub src: Bdf,
+    pub dst: Bdf,
+    pub ok: bool,
+    pub answer: String,
+}
+
+/// The whole probe report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub schema: String,
+    pub sysfs_root: String,
+    pub hypervisor: HypervisorInfo,
+    pub cuda: CudaStatus,
+    pub nvml: Option<String>,
+    pub gpus: Vec<ProbeGpu>,
+    pub pairs: Vec<PeerDecision>,
+    /// Flags about single GPUs (pair flags sit in `pairs`).
+    pub flags: Vec<Flag>,
+    /// Filled by `--enable`.
+    pub enabled: Vec<EnableResult>,
+}
+
+/// CUDA's view of the GPUs: ordinal per address and answers per ordered pair.
+pub struct CudaFacts {
+    pub ordinals: Vec<(Bdf, usize)>,
+    pub answers: Vec<((usize, usize), CudaPeer)>,
+    pub driver_api: i32,
+}
+
+impl ProbeReport {
+    /// Assembles the report and decides every pair.
+    pub fn build(
+        sysfs_root: &str,
+        gpus: Vec<GuestGpu>,
+        hypervisor: HypervisorInfo,
+        nvlink: &NvLinkView,
+        cuda: Result<CudaFacts, String>,
+    ) -> Self {
+        let (cuda_status, facts) = match cuda {
+            Ok(f) => (
+                CudaStatus {
+                    available: true,
+                    why: None,
+                    driver_api: Some(f.driver_api),
+                },
+                Some(f),
+            ),
+            Err(why) => (
+                CudaStatus {
+                    available: false,
+                    why: Some(why),
+                    driver_api: None,
+                },
+                None,
+            ),
+        };
+        let ordinal = |b: Bdf| {
+            facts
+                .as_ref()
+                .and_then(|f| f.ordinals.iter().find(|(x, _)| *x == b).map(|(_, o)| *o))
+        };
+        let answer = |s: usize, d: usize| {
+            facts.as_ref().and_then(|f| {
+                f.answers
+                    .iter()
+                    .find(|(k, _)| *k == (s, d))
+                    .map(|(_, a)| *a)
+            })
+        };
+        let mut pairs = Vec::new();
+        for (i, a) in gpus.iter().enumerate() {
+            for b in &gpus[i + 1..] {
+                let cuda = match (ordinal(a.bdf), ordinal(b.bdf)) {
+                    (Some(x), Some(y)) => answer(x, y).zip(answer(y, x)).map(|(p, q)| [p, q]),
+                    _ => None,
+                };
+                let pf = PairFacts {
+                    a: a.bdf,
+                    b: b.bdf,
+                    nvlinks: nvlink.count_between(a.bdf, b.bdf),
+                    cuda,
+                };
+                pairs.push(decide::decide(a, b, &pf));
+            }
+        }
+        let flags = decide::gpu_flags(&gpus, hypervisor.detected());
+        let probe_gpus = gpus
+            .into_iter()
+            .map(|g| ProbeGpu {
+                bdf: g.bdf,
+                vendor: format!("{:#06x}", g.vendor),
+                device: format!("{:#06x}", g.device),
+                config_len: g.config_len,
+                clique: g.capability.clique().map(|c| c.id()),
+                capability: g.capability,
+                cuda_ordinal: ordinal(g.bdf),
+                nvlink: nvlink.gpus.iter().find(|l| l.bdf == g.bdf).cloned(),
+            })
+            .collect();
+        ProbeReport {
+            schema: PROBE_SCHEMA.into(),
+            sysfs_root: sysfs_root.into(),
+            hypervisor,
+            cuda: cuda_status,
+            nvml: nvlink.unavailable.clone(),
+            gpus: probe_gpus,
+            pairs,
+            flags,
+            enabled: Vec::new(),
+        }
+    }
+
+    /// The decision for a pair, either order.
+    pub fn decision(&self, a: Bdf, b: Bdf) -> Option<&PeerDecision> {
+        self.pairs
+            .iter()
+            .find(|p| (p.a == a && p.b == b) || (p.a == b && p.b == a))
+    }
+
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let hv = match (&self.hypervisor.signature, self.hypervisor.present_bit) {
+            (Some(sig), true) => format!("yes ({sig:?})"),
+            (None, true) => "yes".into(),
+            _ => "no: the NVIDIA driver will ignore any clique capability".into(),
+        };
+        let _ = writeln!(out, "Hypervisor detected: {hv}");
+        let cuda = match (&self.cuda.available, &self.cuda.why) {
+            (true, _) => format!("yes (driver API {})", self.cuda.driver_api.unwrap_or(0)),
+            (false, Some(why)) => format!("no: {why}"),
+            (false, None) => "no".into(),
+        };
+        let _ = writeln!(out, "CUDA: {cuda}");
+        let _ = writeln!(
+            out,
+            "NVLink (NVML): {}\n",
+            self.nvml.as_deref().unwrap_or("read")
+        );
+        let mut t = Table::new(["GPU", "BDF", "ID", "CUDA", "CAPABILITY", "CLIQUE", "NVLINK"]);
+        for (i, g) in self.gpus.iter().enumerate() {
+            let cap = match &g.capability {
+                CapabilityState::Present { offset, .. } => format!("P2P at {offset:#04x}"),
+                CapabilityState::Absent => "absent".into(),
+                CapabilityState::Invalid { offset, why } => {
+                    format!("invalid at {offset:#04x}: {why}")
+                }
+                CapabilityState::Unreadable { why } => format!("unreadable: {why}"),
+            };
+            let nv = g.nvlink.as_ref().map_or_else(
+                || "-".into(),
+                |l| {
+                    format!(
+                        "{} active ({} to GPUs, {} to switches)",
+                        l.active, l.to_gpus, l.to_switches
+                    )
+                },
+            );
+            t.row([
+                format!("GPU{i}"),
+                g.bdf.to_string(),
+                format!("{}:{}", &g.vendor[2..], &g.device[2..]),
+                g.cuda_ordinal.map_or_else(|| "-".into(), |o| o.to_string()),
+                cap,
+                g.clique.map_or_else(|| "-".into(), |c| c.to_string()),
+                nv,
+            ]);
+        }
+        out.push_str(&t.render());
+        if !self.pairs.is_empty() {
+            out.push('\n');
+            let mut t = Table::new(["PAIR", "DECISION", "WHY", "CUDA a->b / b->a"]);
+            for p in &self.pairs {
+                let cuda = p.cuda.map_or_else(
+                    || "-".into(),
+                    |[ab, ba]| {
+                        format!(
+                            "{} / {} (rank {}, atomics {})",
+                            if ab.can_access { "yes" } else { "no" },
+                            if ba.can_access { "yes" } else { "no" },
+                            ab.performance_rank,
+                            if ab.native_atomics { "yes" } else { "no" }
+                        )
+                    },
+                );
+                let verdict = match p.verdict {
+                    Verdict::Enable => "enable",
+                    Verdict::Disable => "disable",
+                    Verdict::Unknown => "unknown",
+                };
+                t.row([
+                    format!("{} {}", p.a, p.b),
+                    verdict.into(),
+                    p.reasons.join("; "),
+                    cuda,
+                ]);
+            }
+            out.push_str(&t.render());
+        }
+        let all_flags: Vec<&Flag> = self
+            .flags
+            .iter()
+            .chain(self.pairs.iter().flat_map(|p| p.flags.iter()))
+            .collect();
+        out.push_str("\nInconsistencies: ");
+        if all_flags.is_empty() {
+            out.push_str("none\n");
+        } else {
+            out.push('\n');
+            for f in all_flags {
+                let _ = writeln!(
+                    out,
+                    "  - [{}] {}",
+                    serde_json::to_value(f.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    f.message
+                );
+            }
+        }
+        if !self.enabled.is_empty() {
+            out.push_str("\nPeer access enabled (--enable):\n");
+            for e in &self.enabled {
+                let _ = writeln!(out, "  {} -> {}: {}", e.src, e.dst, e.answer);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,219 @@
+//! Reads the NVIDIA GPUs' config spaces from the guest's sysfs and finds the
+//! P2P clique capability in each, or says why there is none.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use p2p_shared::capability::{P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
+use p2p_shared::pci::{ConfigSpace, CONFIG_LEGACY_LEN};
+use p2p_shared::select::NVIDIA_VENDOR;
+use p2p_shared::{Bdf, Clique};
+use serde::{Deserialize, Serialize};
+
+/// Why the guest's sysfs could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{path}: {why}")]
+    Io { path: PathBuf, why: String },
+    #[error("{path}: '{text}' is not a hex number")]
+    Hex { path: PathBuf, text: String },
+}
+
+/// What a GPU's config space says about the P2P capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum CapabilityState {
+    /// A valid capability: the driver would read this clique.
+    Present { offset: u8, clique: Clique },
+    /// The capability list has no P2P capability.
+    Absent,
+    /// Something at `offset` looks like the capability but the driver would
+    /// reject it (bad signature, version != 0, wrong length).
+    Invalid { offset: u8, why: String },
+    /// The config space could not be read far enough (non-root: 64 bytes).
+    Unreadable { why: String },
+}
+
+impl CapabilityState {
+    pub fn clique(&self) -> Option<Clique> {
+        match self {
+            CapabilityState::Present { clique, .. } => Some(*clique),
+            _ => None,
+        }
+    }
+}
+
+/// One NVIDIA GPU as the guest's PCI bus shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestGpu {
+    pub bdf: Bdf,
+    pub vendor: u16,
+    pub device: u16,
+    pub class: u32,
+    pub config_len: usize,
+    pub capability: CapabilityState,
+}
+
+/// Finds the P2P capability in raw config bytes.
+pub fn capability_state(raw: &[u8]) -> CapabilityState {
+    let cs = match ConfigSpace::new(raw) {
+        Ok(cs) => cs,
+        Err(e) => return CapabilityState::Unreadable { why: e.to_string() },
+    };
+    if raw.len() < CONFIG_LEGACY_LEN {
+        return CapabilityState::Unreadable {
+            why: format!(
+                "config read returned {} bytes: the kernel gives non-root readers only the header; run as root",
+                raw.len()
+            ),
+        };
+    }
+    let caps = match cs.capabilities() {
+        Ok(c) => c,
+        Err(e) => {
+            return CapabilityState::Unreadable {
+                why: format!("capability list: {e}"),
+            }
+        }
+    };
+    let mut suspect = None;
+    for cap in caps.iter().filter(|c| c.id == VENDOR_SPECIFIC_ID) {
+        let bytes = &raw[cap.offset as usize..cap.end().min(raw.len())];
+        if P2pCapability::has_signature(bytes) {
+            return match P2pCapability::decode(bytes) {
+                Ok(p) => CapabilityState::Present {
+                    offset: cap.offset,
+                    clique: p.clique,
+                },
+                Err(e) => CapabilityState::Invalid {
+                    offset: cap.offset,
+                    why: e.to_string(),
+                },
+            };
+        }
+        // An 8-byte vendor capability on an NVIDIA GPU is where the P2P one
+        // would be; without the signature the driver ignores it.
+        if cap.len == u16::from(P2P_CAP_LEN) && suspect.is_none() {
+            suspect = Some(cap.offset);
+        }
+    }
+    match suspect {
+        Some(offset) => CapabilityState::Invalid {
+            offset,
+            why: format!(
+                "8-byte vendor-specific capability without the 'P2P' signature ({:02x?})",
+                &raw[offset as usize + 3..offset as usize + 6]
+            ),
+        },
+        None => CapabilityState::Absent,
+    }
+}
+
+fn read_hex(path: &Path) -> Result<u32, ProbeError> {
+    let text = fs::read_to_string(path).map_err(|e| ProbeError::Io {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    let t = text.trim();
+    u32::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| ProbeError::Hex {
+        path: path.to_path_buf(),
+        text: t.to_string(),
+    })
+}
+
+/// The directory holding `bus/pci/devices`: `root` itself, or `root/sysfs`
+/// (the layout of captured trees).
+pub fn resolve_root(root: &Path) -> PathBuf {
+    let nested = root.join("sysfs");
+    if !root.join("bus/pci/devices").is_dir() && nested.join("bus/pci/devices").is_dir() {
+        nested
+    } else {
+        root.to_path_buf()
+    }
+}
+
+/// Every NVIDIA display-class function under `root/bus/pci/devices`, by address.
+pub fn scan_gpus(root: &Path) -> Result<Vec<GuestGpu>, ProbeError> {
+    let dir = resolve_root(root).join("bus/pci/devices");
+    let entries = fs::read_dir(&dir).map_err(|e| ProbeError::Io {
+        path: dir.clone(),
+        why: e.to_string(),
+    })?;
+    let mut gpus = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| ProbeError::Io {
+            path: dir.clone(),
+            why: e.to_string(),
+        })?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(bdf) = name.parse::<Bdf>() else {
+            continue;
+        };
+        let path = entry.path();
+        let vendor = read_hex(&path.join("vendor"))? as u16;
+        let class = read_hex(&path.join("class"))?;
+        if vendor != NVIDIA_VENDOR || class >> 16 != 0x03 {
+            continue;
+        }
+        let device = read_hex(&path.join("device"))? as u16;
+        let cfg_path = path.join("config");
+        let raw = fs::read(&cfg_path).map_err(|e| ProbeError::Io {
+            path: cfg_path.clone(),
+            why: e.to_string(),
+        })?;
+        gpus.push(GuestGpu {
+            bdf,
+            vendor,
+            device,
+            class,
+            config_len: raw.len(),
+            capability: capability_state(&raw),
+        });
+    }
+    gpus.sort_by_key(|g| g.bdf);
+    Ok(gpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_with_vendor_cap(cap: [u8; 8]) -> Vec<u8> {
+        let mut b = vec![0u8; 256];
+        b[0..2].copy_from_slice(&0x10deu16.to_le_bytes());
+        b[6] = 0x10;
+        b[0x34] = 0x40;
+        b[0x40] = 0x01; // PM, next 0xc8
+        b[0x41] = 0xc8;
+        b[0xc8..0xd0].copy_from_slice(&cap);
+        b
+    }
+
+    #[test]
+    fn finds_and_rejects_like_the_driver() {
+        let good = P2pCapability::new(Clique::new(3).unwrap(), 0).encode();
+        assert_eq!(
+            capability_state(&config_with_vendor_cap(good)),
+            CapabilityState::Present {
+                offset: 0xc8,
+                clique: Clique::new(3).unwrap()
+            }
+        );
+        let mut v1 = good;
+        v1[6] |= 1;
+        assert!(matches!(
+            capability_state(&config_with_vendor_cap(v1)),
+            CapabilityState::Invalid { offset: 0xc8, why } if why.contains("version 1")
+        ));
+        let mut sig = good;
+        sig[5] = b'X';
+        assert!(matches!(
+            capability_state(&config_with_vendor_cap(sig)),
+            CapabilityState::Invalid { offset: 0xc8, why } if why.contains("without the 'P2P' signature")
+        ));
+        let raw = config_with_vendor_cap(good);
+        assert!(
+            matches!(capability_state(&raw[..64]), CapabilityState::Unreadable { why } if why.contains("64 bytes"))
+        );
+    }
+}
