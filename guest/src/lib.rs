@@ -1,5 +1,7 @@
 //! p2p-guest: vp2p inside the VM.
 
+pub mod bench;
+pub mod compare;
 pub mod cuda;
 pub mod decide;
 pub mod probe;

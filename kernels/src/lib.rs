@@ -45,10 +45,10 @@ __device__ __forceinline__ u8 pattern(u32 seed, u64 i) {
     return (u8)(x ^ (x >> 13) ^ (x >> 24));
 }
 
-__device__ __forceinline__ u64 global_ns() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
+// Timeouts count SM cycles with signed arithmetic: %globaltimer can step
+// backwards in a VM, and an unsigned difference would then wrap and fire at once.
+__device__ __forceinline__ bool expired(long long start, long long cycles) {
+    return clock64() - start > cycles;
 }
 
 // Copies `bytes` from src to dst, 16 bytes per thread per step when both are
@@ -82,27 +82,30 @@ extern "C" __global__ void vp2p_copy(const u8* __restrict__ src, u8* __restrict_
 }
 
 // Spins until *release becomes non-zero (the host writes it through mapped
-// pinned memory) or `timeout_ns` passes; *timed_out records which.
-extern "C" __global__ void vp2p_spin(volatile u32* release, u64 timeout_ns, u32* timed_out) {
+// pinned memory) or `timeout_cycles` pass; *timed_out records which.
+// *waited gets the cycles spent, for diagnosing a hold that did not work.
+extern "C" __global__ void vp2p_spin(volatile u32* release, long long timeout_cycles, u32* timed_out,
+                                     long long* waited) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    const u64 start = global_ns();
+    const long long start = clock64();
     while (*release == 0) {
-        if (global_ns() - start > timeout_ns) {
+        if (expired(start, timeout_cycles)) {
             *timed_out = 1;
-            return;
+            break;
         }
     }
+    *waited = clock64() - start;
 }
 
 // One thread per GPU bounces a counter: the initiator writes i into the
 // peer's flag and waits for i in its own; the responder waits, then answers.
 // Flags live in each GPU's own memory and are written by the peer, so every
-// step is one peer write seen by a local poll. result[0] = elapsed ns,
-// result[1] = rounds completed.
+// step is one peer write seen by a local poll. The host times the kernels
+// with events; result[0] = cycles spent, result[1] = rounds completed.
 extern "C" __global__ void vp2p_pingpong(volatile u32* mine, volatile u32* peers, u32 rounds,
-                                         int initiator, u64 timeout_ns, u64* result) {
+                                         int initiator, long long timeout_cycles, u64* result) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    const u64 start = global_ns();
+    const long long start = clock64();
     u32 done = 0;
     for (u32 i = 1; i <= rounds; ++i) {
         if (initiator) {
@@ -110,8 +113,8 @@ extern "C" __global__ void vp2p_pingpong(volatile u32* mine, volatile u32* peers
             __threadfence_system();
         }
         while (*mine != i) {
-            if (global_ns() - start > timeout_ns) {
-                result[0] = global_ns() - start;
+            if (expired(start, timeout_cycles)) {
+                result[0] = clock64() - start;
                 result[1] = done;
                 return;
             }
@@ -122,7 +125,7 @@ extern "C" __global__ void vp2p_pingpong(volatile u32* mine, volatile u32* peers
         }
         done = i;
     }
-    result[0] = global_ns() - start;
+    result[0] = clock64() - start;
     result[1] = done;
 }
 

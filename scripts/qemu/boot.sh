@@ -15,13 +15,15 @@
 #   3    QEMU exited but the guest never printed ==VP2P-EXIT== (kernel panic, init crash)
 #   4    QEMU failed (bad arguments, missing firmware, ...)
 #   124  timeout (default 120 s); QEMU is killed
+#   130  boot.sh got SIGTERM/SIGINT/SIGHUP (QEMU is stopped too)
 # --extra words are split on whitespace (no quoting); pass --extra several times if needed.
 # Env: VP2P_IOMMU_OPTS (default "intremap=on,caching-mode=on"; caching-mode is what vfio and
 #      vfio-user devices behind a vIOMMU require), VP2P_SMP_THREADS (default: TCG default).
+# shellcheck disable=SC2054,SC2015,SC2317  # commas inside QEMU args; A && B || die; trap fn
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { usage_from_header; }
 
 # ----------------------------------------------------------------------------- topologies
 # Each topo_NAME function appends QEMU arguments to the array TOPO.
@@ -190,15 +192,31 @@ CMD=("$QEMU" -accel "$ACCEL" -nodefaults -no-user-config -display none -no-reboo
     "${EXTRA[@]}")
 if [ "$PRINT" = 1 ]; then printf '%q ' "${CMD[@]}"; echo; exit 0; fi
 
-if [ -n "$LOGFILE" ]; then mkdir -p "$(dirname "$LOGFILE")"; LOG="$LOGFILE"; else
-    LOG="$(mktemp "${TMPDIR:-/tmp}/vp2p-boot.XXXXXX.log")"; trap 'rm -f "$LOG"' EXIT; fi
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/vp2p-boot.XXXXXX")"
+if [ -n "$LOGFILE" ]; then mkdir -p "$(dirname "$LOGFILE")"; LOG="$LOGFILE"; else LOG="$WORK/serial.log"; fi
+trap 'rm -rf "$WORK"' EXIT
 log "$(basename "$QEMU") $(qemu_version "$QEMU"), topology $TOPOLOGY, iommu $IOMMU, timeout ${TIMEOUT}s"
 t0=$(date +%s.%N)
-set +e
-timeout -k 5 "$TIMEOUT" "${CMD[@]}" </dev/null 2>&1 | tee "$LOG"
-st=("${PIPESTATUS[@]}")
-set -e
-qrc=${st[0]}
+# timeout(1) kills QEMU after TIMEOUT s. If boot.sh itself gets TERM/INT/HUP, it passes the
+# signal to timeout(1), which forwards it to QEMU, so no QEMU outlives its caller.
+(
+    timeout -k 5 "$TIMEOUT" "${CMD[@]}" </dev/null 2>&1 &
+    echo $! >"$WORK/pid"
+    rc=0; wait $! || rc=$?
+    echo "$rc" >"$WORK/rc"
+) | tee "$LOG" &
+PIPE=$!
+on_signal() {
+    log "interrupted: stopping QEMU"
+    [ -s "$WORK/pid" ] && kill -TERM "$(cat "$WORK/pid")" 2>/dev/null
+    wait "$PIPE" 2>/dev/null
+    exit 130
+}
+trap on_signal TERM INT HUP
+wait "$PIPE" || true
+trap - TERM INT HUP
+echo   # the console's last line has no newline
+qrc="$(cat "$WORK/rc" 2>/dev/null || echo 255)"
 dt=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
 if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
     log "TIMEOUT: guest did not power off within ${TIMEOUT}s (QEMU killed)"; exit 124

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build a gzipped newc initramfs for the QEMU end-to-end tests.
 #
-#   scripts/qemu/mkinitramfs.sh OUT.cpio.gz [--init SCRIPT] [--add SRC:DEST]...
+#   scripts/qemu/mkinitramfs.sh OUT.cpio.gz [--init SCRIPT] [--add SRC:DEST]... [--modules M1,M2]
 #
 #   --init SCRIPT   shell script run (as root, by busybox sh) once /proc, /sys, /dev and /tmp
 #                   are mounted; stored as /vp2p/init.sh. Its exit status is printed as
@@ -9,9 +9,12 @@
 #                   prints a short PCI summary.
 #   --add SRC:DEST  copy file or directory SRC to DEST (absolute path in the guest), e.g.
 #                   --add target/x86_64-unknown-linux-musl/release/p2p-host:/usr/bin/p2p-host
+#   --modules LIST  comma-separated kernel modules to include with their dependencies
+#                   (e.g. vfio-pci,virtio_pci); load them in the init script with modprobe.
 #
 # Contents: busybox (static) with a symlink per applet, lspci/setpci + their shared
-# libraries + pci.ids, /init, and /usr/bin/vp2p-emit:
+# libraries + pci.ids, the module indexes of the cached kernel (so lspci -k/-vvv work),
+# /init, /usr/bin/vp2p-sysfs-snapshot DEST (copy of the PCI part of /sys), and vp2p-emit:
 #   vp2p-emit NAME PATH...   prints tar.gz(PATH...) as base64 between
 #                            "==VP2P-BEGIN NAME==" and "==VP2P-END NAME==" on the console;
 #                            scripts/qemu/extract.sh LOG NAME OUTDIR unpacks it on the host.
@@ -19,16 +22,18 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { usage_from_header; }
 [ $# -ge 1 ] || usage
 OUT="$1"; shift
 case "$OUT" in -*) usage ;; esac
 INIT_SCRIPT=""
 ADDS=()
+MODULES=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --init) [ $# -ge 2 ] || usage; INIT_SCRIPT="$2"; shift 2 ;;
         --add)  [ $# -ge 2 ] || usage; ADDS+=("$2"); shift 2 ;;
+        --modules) [ $# -ge 2 ] || usage; MODULES="$MODULES,$2"; shift 2 ;;
         -h|--help) usage ;;
         *) die "unknown argument: $1" ;;
     esac
@@ -52,6 +57,24 @@ done
 cp -a "$VP2P_PCIUTILS_ROOT"/. "$ROOT"/
 rm -f "$ROOT/PACKAGES"
 
+# kernel module indexes (+ requested modules and their dependencies)
+[ -s "$VP2P_KERNEL_MODULES/modules.dep" ] || die "no modules.dep in $VP2P_KERNEL_MODULES; rerun setup.sh"
+MROOT="$ROOT/lib/modules/$VP2P_KERNEL_VERSION"
+mkdir -p "$MROOT"
+cp "$VP2P_KERNEL_MODULES"/modules.* "$MROOT/"
+for m in $(echo "$MODULES" | tr ',' ' '); do
+    norm="$(echo "$m" | tr '_' '-')"
+    line="$(awk -F: -v m="$norm" '{ n = $1; sub(/.*\//, "", n); sub(/\.ko.*$/, "", n); gsub(/_/, "-", n); if (n == m) { print; exit } }' "$VP2P_KERNEL_MODULES/modules.dep")"
+    if [ -z "$line" ]; then
+        grep -q -E "/$(echo "$m" | sed 's/[-_]/[-_]/g')\.ko" "$VP2P_KERNEL_MODULES/modules.builtin" \
+            && { log "module $m is built into the kernel; nothing to add"; continue; }
+        die "module $m not found in $VP2P_KERNEL_MODULES/modules.dep"
+    fi
+    for f in $(echo "$line" | tr -d ':'); do
+        mkdir -p "$MROOT/$(dirname "$f")"; cp "$VP2P_KERNEL_MODULES/$f" "$MROOT/$f"
+    done
+done
+
 cat >"$ROOT/usr/bin/vp2p-emit" <<'EOF'
 #!/bin/sh
 # vp2p-emit NAME PATH... : print tar.gz of PATH... base64-encoded between markers.
@@ -73,6 +96,27 @@ rm -f "$tmp"
 exit 0
 EOF
 chmod 755 "$ROOT/usr/bin/vp2p-emit"
+
+cat >"$ROOT/usr/bin/vp2p-sysfs-snapshot" <<'EOF'
+#!/bin/sh
+# vp2p-sysfs-snapshot DEST : copy the PCI-relevant part of /sys to DEST/sys, keeping the
+# layout and the (relative) symlinks, so host::sysfs can be pointed at DEST as a fixture.
+# cp reads to EOF (tar would trust st_size=4096 and fail on sysfs). Unreadable attributes
+# (write-only ones like remove/reset) are skipped; resourceN/rom BAR files are dropped.
+[ $# -eq 1 ] || { echo "usage: vp2p-sysfs-snapshot DEST" >&2; exit 2; }
+d="$1/sys"
+mkdir -p "$d/devices/system" "$d/devices/virtual" "$d/bus/pci" "$d/kernel" "$d/class"
+for p in /sys/devices/pci*; do cp -a "$p" "$d/devices/" 2>/dev/null; done
+cp -a /sys/bus/pci/devices "$d/bus/pci/" 2>/dev/null
+cp -a /sys/bus/pci/drivers "$d/bus/pci/" 2>/dev/null
+[ -d /sys/kernel/iommu_groups ] && cp -a /sys/kernel/iommu_groups "$d/kernel/" 2>/dev/null
+[ -d /sys/devices/virtual/iommu ] && cp -a /sys/devices/virtual/iommu "$d/devices/virtual/" 2>/dev/null
+[ -d /sys/class/iommu ] && cp -a /sys/class/iommu "$d/class/" 2>/dev/null
+cp -a /sys/devices/system/node "$d/devices/system/" 2>/dev/null
+find "$d" \( -name 'resource[0-9]*' -o -name rom \) -type f -exec rm -f {} + 2>/dev/null
+exit 0
+EOF
+chmod 755 "$ROOT/usr/bin/vp2p-sysfs-snapshot"
 
 cat >"$ROOT/init" <<'EOF'
 #!/bin/sh

@@ -201,7 +201,22 @@ fn live_nvml_run_on_h200x2_matched_nvidia_smi() {
     let tree = unpack_fixture("h200x2-live-nvml");
     let (_, report) = load(tree.path(), None);
     let bdfs: Vec<String> = report.gpus.iter().map(|g| g.bdf.to_string()).collect();
-    assert_eq!(serde_json::json!(bdfs), serde_json::json!(ours["gpus"].as_array().unwrap().iter().map(|g| g["bdf"].clone()).collect::<Vec<_>>()));
-    assert_eq!(report.links[0][1], PathClass::Phb, "PCIe class under the NVLink");
-    assert_eq!(report.numa_affinity(&report.gpus[0]).map(|n| n.to_string()), smi.numa_affinity[0]);
+    assert_eq!(
+        serde_json::json!(bdfs),
+        serde_json::json!(ours["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["bdf"].clone())
+            .collect::<Vec<_>>())
+    );
+    assert_eq!(
+        report.links[0][1],
+        PathClass::Phb,
+        "PCIe class under the NVLink"
+    );
+    assert_eq!(
+        report.numa_affinity(&report.gpus[0]).map(|n| n.to_string()),
+        smi.numa_affinity[0]
+    );
 }

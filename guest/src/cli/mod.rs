@@ -1,5 +1,7 @@
 //! Command-line front end: one module per subcommand.
 
+mod bench;
+mod compare;
 mod probe;
 
 use clap::{Parser, Subcommand};
@@ -17,10 +19,17 @@ enum Command {
     /// Read the P2P clique capability of every GPU, check the hypervisor,
     /// NVLink and CUDA, and decide which peers to enable.
     Probe(probe::ProbeArgs),
+    /// Measure copies between every GPU pair: copy engine, SM kernels, host
+    /// staging, the driver's fallback, NCCL, and one-way latency.
+    Bench(bench::BenchArgs),
+    /// Put two bench runs side by side: ratios, overheads and an SVG plot.
+    Compare(compare::CompareArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probe(a) => probe::run(a),
+        Command::Bench(a) => bench::run_cmd(a),
+        Command::Compare(a) => compare::run(a),
     }
 }

@@ -4,6 +4,9 @@
 //! is needed for every capability, not just its start. Where the spec fixes the
 //! size (or the capability states it) that size is used; elsewhere the walker
 //! falls back to "up to the next capability", which can only over-estimate.
+//! `cs` holds only the capability's region (256 or 4096 bytes), so a register
+//! past the region's end is unreadable: the capability then gets the smallest
+//! size it can have, which the walker reports as an overrun.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +33,7 @@ pub(super) fn std_cap_len(cs: &ConfigSpace<'_>, id: u8, off: usize) -> Option<(u
         0x04 => spec(4), // Slot Identification
         0x05 => {
             // MSI: 32/64-bit address, optional per-vector masking (QEMU's sizes).
-            let flags = cs.u16_at(off + 2)?;
+            let flags = cs.u16_at(off + 2).unwrap_or(0);
             let is64 = flags & 0x0080 != 0;
             let masking = flags & 0x0100 != 0;
             spec(match (is64, masking) {
@@ -42,17 +45,18 @@ pub(super) fn std_cap_len(cs: &ConfigSpace<'_>, id: u8, off: usize) -> Option<(u
         }
         0x06 => spec(4), // CompactPCI Hot Swap
         0x07 => {
-            // PCI-X: bridges 16 bytes; devices 8, or 24 with ECC (version >= 1).
+            // PCI-X: bridges 16 bytes; devices 8, or 24 with ECC (Command bits
+            // 13:12, the capability version, >= 1; Linux PCI_X_CMD_VERSION).
             if cs.header_type() == 1 {
                 spec(16)
             } else {
-                let status = cs.u32_at(off + 4)?;
-                spec(if (status >> 28) & 0x3 != 0 { 24 } else { 8 })
+                let command = cs.u16_at(off + 2).unwrap_or(0);
+                spec(if (command >> 12) & 0x3 != 0 { 24 } else { 8 })
             }
         }
         0x09 => {
             // Vendor specific: +2 holds the length, header included.
-            let len = cs.u8_at(off + 2)?;
+            let len = cs.u8_at(off + 2).unwrap_or(3);
             Some((u16::from(len).max(3), LenSource::SelfDescribed))
         }
         0x0a => spec(4), // Debug port
@@ -60,12 +64,16 @@ pub(super) fn std_cap_len(cs: &ConfigSpace<'_>, id: u8, off: usize) -> Option<(u
         0x10 => {
             // PCI Express: version 1 structures end at Root Status (0x24),
             // version 2 carries the *2 registers up to 0x3c.
-            let flags = cs.u16_at(off + 2)?;
+            let flags = cs.u16_at(off + 2).unwrap_or(0);
             spec(if flags & 0xf >= 2 { 0x3c } else { 0x24 })
         }
         0x11 => spec(12), // MSI-X
-        0x12 => spec(8),  // SATA
-        0x13 => spec(6),  // Advanced Features
+        0x12 => {
+            // SATA: 16 bytes when +4 bits 3:0 say the registers are inline (0xf).
+            let regs = cs.u8_at(off + 4).unwrap_or(0);
+            spec(if regs & 0xf == 0xf { 16 } else { 8 })
+        }
+        0x13 => spec(6), // Advanced Features
         _ => None,
     }
 }
@@ -80,12 +88,12 @@ pub(super) fn ext_cap_len(cs: &ConfigSpace<'_>, id: u16, off: usize) -> Option<(
         0x0007 => spec(0x08), // RC Event Collector Endpoint Association
         0x000b | 0x0023 => {
             // VSEC and DVSEC: header 1 bits 31:20 hold the length.
-            let h1 = cs.u32_at(off + 4)?;
+            let h1 = cs.u32_at(off + 4).unwrap_or(0);
             Some((((h1 >> 20) as u16).max(8), LenSource::SelfDescribed))
         }
         0x000d => {
             // ACS: 8 bytes, plus the egress control vector when EC is implemented.
-            let cap = cs.u16_at(off + 4)?;
+            let cap = cs.u16_at(off + 4).unwrap_or(0);
             if cap & 0x20 == 0 {
                 return spec(8);
             }
@@ -102,7 +110,7 @@ pub(super) fn ext_cap_len(cs: &ConfigSpace<'_>, id: u16, off: usize) -> Option<(
         0x0013 => spec(0x10), // Page Request
         0x0015 | 0x0024 => {
             // Resizable BAR / VF Resizable BAR: 4 + 8 per BAR, count in control bits 7:5.
-            let ctrl = cs.u32_at(off + 8)?;
+            let ctrl = cs.u32_at(off + 8).unwrap_or(0);
             let n = ((ctrl >> 5) & 0x7) as u16;
             spec(4 + 8 * n.max(1))
         }

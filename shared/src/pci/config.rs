@@ -226,8 +226,12 @@ impl<'a> ConfigSpace<'a> {
         }
         // Lengths come second: an unknown one is bounded by the next capability.
         let starts: Vec<usize> = out.iter().map(|c| c.offset as usize).collect();
+        // Lengths are read from the legacy region only.
+        let region = Self {
+            bytes: &self.bytes[..region_end],
+        };
         for cap in &mut out {
-            let (len, source) = match std_cap_len(self, cap.id, cap.offset as usize) {
+            let (len, source) = match std_cap_len(&region, cap.id, cap.offset as usize) {
                 Some((len, source)) => (len, source),
                 None => (
                     conservative_len(cap.offset as usize, &starts, region_end),
@@ -296,8 +300,11 @@ impl<'a> ConfigSpace<'a> {
             ptr = next;
         }
         let starts: Vec<usize> = out.iter().map(|c| c.offset as usize).collect();
+        let region = Self {
+            bytes: &self.bytes[..CONFIG_EXTENDED_LEN],
+        };
         for cap in &mut out {
-            let (len, source) = match ext_cap_len(self, cap.id, cap.offset as usize) {
+            let (len, source) = match ext_cap_len(&region, cap.id, cap.offset as usize) {
                 Some((len, source)) => (len, source),
                 None => (
                     conservative_len(cap.offset as usize, &starts, CONFIG_EXTENDED_LEN),

@@ -1,12 +1,14 @@
 //! Report types that cross the wire (JSON) and their text renderings.
 
 pub mod bench;
+mod bench_text;
 mod cpulist;
 pub mod plan;
 pub mod table;
 pub mod topo;
 mod topo_text;
 
+pub use bench_text::size_label;
 pub use cpulist::CpuList;
 pub use plan::{PlanReport, PLAN_SCHEMA};
 pub use table::Table;

@@ -1,0 +1,98 @@
+//! One-way latency: a kernel on each GPU bounces a counter through the
+//! other's memory; elapsed time over twice the rounds is one peer write seen
+//! by a poll on the other side.
+
+use std::ffi::c_void;
+
+use super::rig::{Lane, Rig};
+use crate::cuda::memory::DeviceBuffer;
+use crate::cuda::CudaError;
+
+/// SM cycles after which a pair whose writes do not arrive gives up (~10 s).
+const TIMEOUT_CYCLES: i64 = 20_000_000_000;
+
+/// Flags and results for one pair.
+pub struct PingPong {
+    flags: [DeviceBuffer; 2],
+    results: [DeviceBuffer; 2],
+}
+
+impl PingPong {
+    pub fn new(rig: &Rig, a: usize, b: usize) -> Result<Self, CudaError> {
+        Ok(Self {
+            flags: [
+                DeviceBuffer::new(&rig.gpus[a], 256)?,
+                DeviceBuffer::new(&rig.gpus[b], 256)?,
+            ],
+            results: [
+                DeviceBuffer::new(&rig.gpus[a], 16)?,
+                DeviceBuffer::new(&rig.gpus[b], 16)?,
+            ],
+        })
+    }
+
+    /// Runs `rounds` round trips with `a` initiating; returns seconds for all
+    /// of them. Both GPUs need peer access to each other.
+    pub fn run(&self, rig: &Rig, a: usize, b: usize, rounds: u32) -> Result<f64, CudaError> {
+        for buf in self.flags.iter().chain(self.results.iter()) {
+            buf.fill_bytes(0)?;
+        }
+        // Responder first, so it is polling when the first write lands; the
+        // initiator's kernel is timed with events around it.
+        let (start, stop) = (rig.event(a)?, rig.event(a)?);
+        for (side, gpu, peer, initiator) in [(1usize, b, 0usize, 0i32), (0, a, 1, 1)] {
+            let mut mine = self.flags[side].ptr;
+            let mut peers = self.flags[peer].ptr;
+            let mut n = rounds;
+            let mut init = initiator;
+            let mut timeout = TIMEOUT_CYCLES;
+            let mut result = self.results[side].ptr;
+            let mut params = [
+                (&mut mine) as *mut u64 as *mut c_void,
+                (&mut peers) as *mut u64 as *mut c_void,
+                (&mut n) as *mut u32 as *mut c_void,
+                (&mut init) as *mut i32 as *mut c_void,
+                (&mut timeout) as *mut i64 as *mut c_void,
+                (&mut result) as *mut u64 as *mut c_void,
+            ];
+            let lane = if initiator == 1 { Lane::Out } else { Lane::In };
+            if initiator == 1 {
+                start
+                    .record(rig.stream(a, Lane::Out))
+                    .map_err(|source| CudaError::Call {
+                        call: "cuEventRecord",
+                        ordinal: a,
+                        source,
+                    })?;
+            }
+            rig.launch(gpu, lane, &rig.kernels[gpu].pingpong, 1, 32, &mut params)?;
+            if initiator == 1 {
+                stop.record(rig.stream(a, Lane::Out))
+                    .map_err(|source| CudaError::Call {
+                        call: "cuEventRecord",
+                        ordinal: a,
+                        source,
+                    })?;
+            }
+        }
+        rig.synchronize(b, Lane::In)?;
+        rig.synchronize(a, Lane::Out)?;
+        let r = self.results[0].to_host()?;
+        let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let done = word(1);
+        let ms = start.elapsed_ms(&stop).map_err(|source| CudaError::Call {
+            call: "cuEventElapsedTime",
+            ordinal: a,
+            source,
+        })?;
+        if done != u64::from(rounds) {
+            return Err(CudaError::Device {
+                ordinal: a,
+                what: format!(
+                    "ping-pong with GPU {b} stopped after {done} of {rounds} rounds: peer writes are not arriving"
+                ),
+            });
+        }
+        Ok(f64::from(ms) / 1e3)
+    }
+}

@@ -1,0 +1,59 @@
+//! `p2p-guest compare`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use p2p_guest::compare::{compare, svg};
+use p2p_shared::report::bench::{BenchReport, BENCH_SCHEMA};
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The reference run (for example bare metal, or P2P on).
+    base: PathBuf,
+    /// The run measured against it (for example passthrough, or P2P off).
+    other: PathBuf,
+    /// Also draw bandwidth-vs-size curves of both runs into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn load(path: &PathBuf) -> anyhow::Result<BenchReport> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let r: BenchReport = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a bench report", path.display()))?;
+    if r.schema != BENCH_SCHEMA {
+        anyhow::bail!(
+            "{}: schema {:?}, expected {BENCH_SCHEMA}",
+            path.display(),
+            r.schema
+        );
+    }
+    Ok(r)
+}
+
+pub fn run(args: CompareArgs) -> anyhow::Result<()> {
+    let (base, other) = (load(&args.base)?, load(&args.other)?);
+    let c = compare(&base, &other);
+    if c.rows.is_empty() {
+        anyhow::bail!(
+            "{} and {} share no verified measurement",
+            args.base.display(),
+            args.other.display()
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        print!("{}", c.render_text());
+    }
+    if let Some(path) = &args.svg {
+        let panels = svg::draw(&base, &other, &c.base_label, &c.other_label, path)?;
+        eprintln!("wrote {} ({panels} panels)", path.display());
+    }
+    Ok(())
+}

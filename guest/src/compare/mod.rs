@@ -1,0 +1,162 @@
+//! `p2p-guest compare`: two bench runs side by side (bare metal vs
+//! passthrough, P2P vs staged), matched by mode, direction, pair and size,
+//! with ratios and the overhead in percent, and bandwidth-vs-size curves.
+
+pub mod svg;
+
+use std::fmt::Write;
+
+use p2p_shared::report::bench::{BenchReport, Direction, Measurement, Mode};
+use p2p_shared::report::{size_label, Table};
+use serde::Serialize;
+
+/// One matched measurement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompareRow {
+    pub mode: Mode,
+    pub direction: Direction,
+    pub src: Option<usize>,
+    pub dst: Option<usize>,
+    pub bytes: u64,
+    pub base_gbps: f64,
+    pub other_gbps: f64,
+    /// other / base.
+    pub bandwidth_ratio: f64,
+    /// How much bandwidth `other` loses against `base`, in percent.
+    pub bandwidth_overhead_pct: f64,
+    pub base_latency_us: f64,
+    pub other_latency_us: f64,
+    pub latency_ratio: f64,
+    /// How much longer `other` takes per copy, in percent.
+    pub latency_overhead_pct: f64,
+}
+
+/// The comparison of two runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub base_label: String,
+    pub other_label: String,
+    pub rows: Vec<CompareRow>,
+    /// Verified measurements present in only one run.
+    pub only_in_base: usize,
+    pub only_in_other: usize,
+}
+
+fn key(m: &Measurement) -> (Mode, Direction, Option<usize>, Option<usize>, u64) {
+    (m.mode, m.direction, m.src, m.dst, m.bytes)
+}
+
+/// Matches every verified measurement of `base` with the same one in `other`.
+pub fn compare(base: &BenchReport, other: &BenchReport) -> Comparison {
+    let ok = |r: &BenchReport| -> Vec<Measurement> {
+        r.results
+            .iter()
+            .filter(|m| m.verification.ok())
+            .cloned()
+            .collect()
+    };
+    let (b, o) = (ok(base), ok(other));
+    let mut rows = Vec::new();
+    for mb in &b {
+        let Some(mo) = o.iter().find(|m| key(m) == key(mb)) else {
+            continue;
+        };
+        let ratio = |x: f64, y: f64| if x > 0.0 { y / x } else { f64::NAN };
+        let bw = ratio(mb.gbps.median, mo.gbps.median);
+        let lat = ratio(mb.latency_us.median, mo.latency_us.median);
+        rows.push(CompareRow {
+            mode: mb.mode,
+            direction: mb.direction,
+            src: mb.src,
+            dst: mb.dst,
+            bytes: mb.bytes,
+            base_gbps: mb.gbps.median,
+            other_gbps: mo.gbps.median,
+            bandwidth_ratio: bw,
+            bandwidth_overhead_pct: (1.0 - bw) * 100.0,
+            base_latency_us: mb.latency_us.median,
+            other_latency_us: mo.latency_us.median,
+            latency_ratio: lat,
+            latency_overhead_pct: (lat - 1.0) * 100.0,
+        });
+    }
+    rows.sort_by_key(|r| (r.mode, r.direction, r.src, r.dst, r.bytes));
+    let matched = rows.len();
+    Comparison {
+        base_label: label(base, "base"),
+        other_label: label(other, "other"),
+        rows,
+        only_in_base: b.len() - matched,
+        only_in_other: o.len() - matched,
+    }
+}
+
+fn label(r: &BenchReport, fallback: &str) -> String {
+    if r.label.is_empty() {
+        fallback.to_string()
+    } else {
+        r.label.clone()
+    }
+}
+
+impl Comparison {
+    pub fn render_text(&self) -> String {
+        let mut out = format!(
+            "base: {}   other: {}   ({} matched, {} only in base, {} only in other)\n",
+            self.base_label,
+            self.other_label,
+            self.rows.len(),
+            self.only_in_base,
+            self.only_in_other
+        );
+        let mut groups: Vec<(Mode, Direction)> =
+            self.rows.iter().map(|r| (r.mode, r.direction)).collect();
+        groups.dedup();
+        for (mode, dir) in groups {
+            let _ = writeln!(
+                out,
+                "\n{mode} {}:",
+                if dir == Direction::Bi {
+                    "bidirectional"
+                } else {
+                    "unidirectional"
+                }
+            );
+            let mut t = Table::new([
+                "PAIR",
+                "SIZE",
+                "BASE GB/s",
+                "OTHER GB/s",
+                "RATIO",
+                "BW OVERHEAD",
+                "BASE us",
+                "OTHER us",
+                "LAT OVERHEAD",
+            ])
+            .indent(2);
+            for r in self
+                .rows
+                .iter()
+                .filter(|r| r.mode == mode && r.direction == dir)
+            {
+                let pair = match (r.src, r.dst) {
+                    (Some(s), Some(d)) => format!("{s}->{d}"),
+                    _ => "all".into(),
+                };
+                t.row([
+                    pair,
+                    size_label(r.bytes),
+                    format!("{:.2}", r.base_gbps),
+                    format!("{:.2}", r.other_gbps),
+                    format!("{:.3}", r.bandwidth_ratio),
+                    format!("{:+.1}%", r.bandwidth_overhead_pct),
+                    format!("{:.2}", r.base_latency_us),
+                    format!("{:.2}", r.other_latency_us),
+                    format!("{:+.1}%", r.latency_overhead_pct),
+                ]);
+            }
+            out.push_str(&t.render());
+        }
+        out
+    }
+}

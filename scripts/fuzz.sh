@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Fuzz the config-space walkers or the P2P capability decoder of p2p-shared.
+#
+#   scripts/fuzz.sh walkers 600           # seed, then fuzz the walkers for 600 s
+#   scripts/fuzz.sh capability 180        # the capability decoder for 180 s
+#   scripts/fuzz.sh seed                  # only (re)write the seed corpora
+#   scripts/fuzz.sh walkers 60 -seed=1    # arguments after the seconds go to libFuzzer
+#
+# One process, one job (the same as libFuzzer's -jobs=1, with the output on the
+# terminal rather than in fuzz-0.log). The final "#N DONE cov: ... ft: ... corp: ..."
+# line and the stat:: lines are the run's record.
+#
+# Knobs (environment):
+#   FUZZ_FIXTURES   directories searched for sysfs.tgz and unpacked sysfs/ trees
+#                   (default: tests/fixtures); every PCI function's config file
+#                   becomes a seed, whole and cut to 64 and 256 bytes
+#   FUZZ_FEATURES   cargo features of the fuzz crate, e.g. region-check
+#   FUZZ_SANITIZER  cargo fuzz --sanitizer (default address; "none" is faster)
+#
+# The corpora (fuzz/corpus/<target>) and crashes (fuzz/artifacts/<target>) are
+# git-ignored: seeds are regenerated from the fixtures on every run.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+fuzz="$root/fuzz"
+target=${1:?usage: scripts/fuzz.sh walkers|capability|seed [seconds] [libFuzzer args...]}
+seconds=${2:-600}
+shift $(($# < 2 ? $# : 2))
+
+ensure_cargo_fuzz() {
+    rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+    cargo +nightly fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+}
+
+# Byte at offset $2 of file $1, as a decimal number (empty past the end).
+byte() { od -An -tu1 -j "$2" -N1 "$1" | tr -d ' \n'; }
+
+# Writes the P2P capability for clique $2 with next pointer $3 at offset $4 of file $1.
+put_p2p() {
+    local clique=$(($2 << 3))
+    printf "\\x09\\x$(printf %02x "$3")\\x08P2P\\x$(printf %02x "$clique")\\x00" |
+        dd of="$1" bs=1 seek="$4" conv=notrunc status=none
+}
+
+# Copies $1 to corpus dir $2 under its content hash (so reruns add nothing new).
+add_seed() {
+    local sum
+    sum=$(sha1sum <"$1" | cut -c1-16)
+    cp "$1" "$2/$3-$sum"
+}
+
+seed_walkers() {
+    local corpus=$1 work configs=() f tgz last ptr n=0
+    work=$(mktemp -d)
+    for dir in ${FUZZ_FIXTURES:-$root/tests/fixtures}; do
+        for tgz in "$dir"/*/sysfs.tgz; do
+            [ -f "$tgz" ] || continue
+            mkdir -p "$work/$n" && tar -xzf "$tgz" -C "$work/$n" && n=$((n + 1))
+        done
+        while IFS= read -r f; do configs+=("$f"); done < <(find "$dir" -name config -type f -path '*/devices/pci*')
+    done
+    while IFS= read -r f; do configs+=("$f"); done < <(find "$work" -name config -type f -path '*/devices/pci*')
+    for f in "${configs[@]}"; do
+        add_seed "$f" "$corpus" fixture
+        head -c 64 "$f" >"$work/cut" && add_seed "$work/cut" "$corpus" header
+        head -c 256 "$f" >"$work/cut" && add_seed "$work/cut" "$corpus" legacy
+        # What the host overlay serves: the P2P capability appended at 0xc8.
+        [ "$(stat -c %s "$f")" -ge 256 ] && [ $(($(byte "$f" 6) & 0x10)) -ne 0 ] || continue
+        last=0x34 ptr=$(($(byte "$f" 0x34) & 0xfc))
+        for _ in $(seq 48); do
+            [ "$ptr" -ge 64 ] || break
+            last=$((ptr + 1)) ptr=$(($(byte "$f" $((ptr + 1))) & 0xfc))
+        done
+        [ "$ptr" -eq 0 ] || continue
+        cp "$f" "$work/p2p"
+        printf '\xc8' | dd of="$work/p2p" bs=1 seek=$((last)) conv=notrunc status=none
+        put_p2p "$work/p2p" 5 0 $((0xc8))
+        add_seed "$work/p2p" "$corpus" p2p
+    done
+    rm -rf "$work"
+    echo "walkers: ${#configs[@]} config files -> $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
+seed_capability() {
+    local corpus=$1 f clique
+    f=$(mktemp)
+    for clique in $(seq 0 15); do
+        : >"$f" && put_p2p "$f" "$clique" 0 0 && add_seed "$f" "$corpus" clique
+        : >"$f" && put_p2p "$f" "$clique" $((0xd4)) 0 && add_seed "$f" "$corpus" linked
+    done
+    # Version 1, a length of 12, and a truncated capability.
+    printf '\x09\x00\x08P2P\x29\x00' >"$f" && add_seed "$f" "$corpus" version
+    printf '\x09\x00\x0cP2P\x08\x00\x00\x00\x00\x00' >"$f" && add_seed "$f" "$corpus" length
+    printf '\x09\x00\x08P2P\x08' >"$f" && add_seed "$f" "$corpus" short
+    rm -f "$f"
+    echo "capability: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
+seed() {
+    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability"
+    seed_walkers "$fuzz/corpus/walkers"
+    seed_capability "$fuzz/corpus/capability"
+}
+
+case "$target" in
+    seed) seed; exit 0 ;;
+    walkers) max_len=4352 ;; # past 4096, so bytes beyond the extended region occur
+    capability) max_len=64 ;;
+    *) echo "unknown target $target (walkers, capability, seed)" >&2; exit 2 ;;
+esac
+
+ensure_cargo_fuzz
+seed
+features=()
+[ -z "${FUZZ_FEATURES:-}" ] || features=(--features "$FUZZ_FEATURES")
+cd "$root"
+exec cargo +nightly fuzz run --fuzz-dir "$fuzz" --sanitizer "${FUZZ_SANITIZER:-address}" "${features[@]}" \
+    "$target" "$fuzz/corpus/$target" -- \
+    -max_total_time="$seconds" -max_len="$max_len" -print_final_stats=1 "$@"

@@ -1,0 +1,263 @@
+//! The text form of a bench report: matrices like the reference tools'
+//! (bandwidth at the headline size, latency at the small size), one-way
+//! latency, NCCL bus bandwidth, and a size sweep per pair.
+
+use std::fmt::Write;
+
+use super::bench::{BenchReport, Direction, Measurement, Mode};
+use super::table::Table;
+
+/// "4 B", "16 KiB", "256 MiB", "1 GiB".
+pub fn size_label(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// A cell: the median, or FAIL when the data did not verify.
+fn cell(m: Option<&Measurement>, value: impl Fn(&Measurement) -> f64) -> String {
+    match m {
+        None => "n/a".into(),
+        Some(m) if !m.verification.ok() => "FAIL".into(),
+        Some(m) => format!("{:.2}", value(m)),
+    }
+}
+
+const COPY_MODES: [Mode; 5] = [
+    Mode::Ce,
+    Mode::SmRead,
+    Mode::SmWrite,
+    Mode::Staged,
+    Mode::Driver,
+];
+
+impl BenchReport {
+    fn present(&self, mode: Mode) -> bool {
+        self.results.iter().any(|m| m.mode == mode)
+    }
+
+    fn matrix(&self, title: &str, get: impl Fn(usize, usize) -> String) -> String {
+        let n = self.gpus.len();
+        let mut header = vec!["D\\D".to_string()];
+        header.extend((0..n).map(|j| j.to_string()));
+        let mut t = Table::new(header).indent(2);
+        for i in 0..n {
+            let mut row = vec![i.to_string()];
+            row.extend((0..n).map(|j| if i == j { "-".into() } else { get(i, j) }));
+            t.row(row);
+        }
+        format!("{title}\n{}", t.render())
+    }
+
+    /// Renders the whole report for a terminal.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let mc = &self.machine;
+        let _ = writeln!(
+            out,
+            "vp2p bench \"{}\" on {} (kernel {}, {} x {}), driver {} (CUDA API {}), NCCL {}",
+            self.label,
+            mc.hostname,
+            mc.kernel,
+            mc.cpus,
+            mc.cpu,
+            mc.driver_version,
+            mc.cuda_driver_api,
+            mc.nccl_version.as_deref().unwrap_or("absent")
+        );
+        for g in &self.gpus {
+            let _ = writeln!(
+                out,
+                "  GPU{} {} {} (sm_{}{})",
+                g.ordinal, g.bdf, g.name, g.compute_capability[0], g.compute_capability[1]
+            );
+        }
+        let mut t = Table::new(["PAIR", "LINK", "CUDA", "PEER ACCESS", "WHY"]).indent(2);
+        for p in &self.pairs {
+            t.row([
+                format!("GPU{}->GPU{}", p.src, p.dst),
+                p.class.clone(),
+                if p.cuda_can_access { "can" } else { "cannot" }.into(),
+                if p.peer_access { "on" } else { "off" }.into(),
+                p.why.clone(),
+            ]);
+        }
+        out.push_str(&t.render());
+        let _ = writeln!(
+            out,
+            "Method: {} samples (median shown), spin-held streams, verified copies, GB = 1e9 bytes; peer access: {}\n",
+            self.method.samples, self.method.peer_access
+        );
+
+        let head = self.method.headline_bytes;
+        let lat = self.method.latency_bytes;
+        for mode in COPY_MODES.into_iter().filter(|m| self.present(*m)) {
+            let uni = |i, j| {
+                cell(
+                    self.find(mode, Direction::Uni, Some(i), Some(j), head),
+                    |m| m.gbps.median,
+                )
+            };
+            out.push_str(&self.matrix(
+                &format!(
+                    "{mode}: unidirectional bandwidth (GB/s) at {}",
+                    size_label(head)
+                ),
+                uni,
+            ));
+            let bi = |i: usize, j: usize| {
+                let (a, b) = (i.min(j), i.max(j));
+                cell(
+                    self.find(mode, Direction::Bi, Some(a), Some(b), head),
+                    |m| m.gbps.median,
+                )
+            };
+            out.push_str(&self.matrix(
+                &format!(
+                    "{mode}: bidirectional bandwidth (GB/s, both directions) at {}",
+                    size_label(head)
+                ),
+                bi,
+            ));
+            let l = |i, j| {
+                cell(
+                    self.find(mode, Direction::Uni, Some(i), Some(j), lat),
+                    |m| m.latency_us.median,
+                )
+            };
+            out.push_str(&self.matrix(
+                &format!("{mode}: latency per copy (us) at {}", size_label(lat)),
+                l,
+            ));
+            out.push('\n');
+        }
+        if self.present(Mode::Pingpong) {
+            let pp = |i, j| {
+                cell(
+                    self.find(Mode::Pingpong, Direction::Uni, Some(i), Some(j), 4),
+                    |m| m.latency_us.median,
+                )
+            };
+            out.push_str(&self.matrix(
+                "pingpong: one-way latency (us), GPU-initiated flag writes",
+                pp,
+            ));
+            out.push('\n');
+        }
+        if self.present(Mode::Nccl) || self.present(Mode::NcclNoP2p) {
+            let mut sizes: Vec<u64> = self
+                .results
+                .iter()
+                .filter(|m| matches!(m.mode, Mode::Nccl | Mode::NcclNoP2p))
+                .map(|m| m.bytes)
+                .collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            out.push_str("NCCL all-reduce bus bandwidth (GB/s, nccl-tests busbw)\n");
+            let mut t = Table::new(["SIZE", "P2P allowed", "NCCL_P2P_DISABLE=1"]).indent(2);
+            for s in sizes {
+                t.row([
+                    size_label(s),
+                    cell(self.find(Mode::Nccl, Direction::Bi, None, None, s), |m| {
+                        m.gbps.median
+                    }),
+                    cell(
+                        self.find(Mode::NcclNoP2p, Direction::Bi, None, None, s),
+                        |m| m.gbps.median,
+                    ),
+                ]);
+            }
+            out.push_str(&t.render());
+            out.push('\n');
+        }
+        self.render_sweeps(&mut out);
+        let total = self.results.len();
+        let failed: Vec<String> = self
+            .results
+            .iter()
+            .filter(|m| !m.verification.ok())
+            .map(|m| {
+                format!(
+                    "{} {:?} {:?}->{:?} {}",
+                    m.mode,
+                    m.direction,
+                    m.src,
+                    m.dst,
+                    size_label(m.bytes)
+                )
+            })
+            .collect();
+        if failed.is_empty() {
+            let _ = writeln!(
+                out,
+                "Verification: all {total} measurements matched the source pattern"
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "Verification FAILED for {} of {total}: {}",
+                failed.len(),
+                failed.join("; ")
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "Note: {n}");
+        }
+        out
+    }
+
+    fn render_sweeps(&self, out: &mut String) {
+        let modes: Vec<Mode> = COPY_MODES
+            .into_iter()
+            .filter(|m| self.present(*m))
+            .collect();
+        if modes.is_empty() {
+            return;
+        }
+        for p in &self.pairs {
+            let mut sizes: Vec<u64> = self
+                .results
+                .iter()
+                .filter(|m| {
+                    m.src == Some(p.src)
+                        && m.dst == Some(p.dst)
+                        && m.direction == Direction::Uni
+                        && modes.contains(&m.mode)
+                })
+                .map(|m| m.bytes)
+                .collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            if sizes.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "Size sweep GPU{} -> GPU{}: GB/s (us per copy)",
+                p.src, p.dst
+            );
+            let mut header = vec!["SIZE".to_string()];
+            header.extend(modes.iter().map(|m| m.to_string()));
+            let mut t = Table::new(header).indent(2);
+            for s in sizes {
+                let mut row = vec![size_label(s)];
+                for m in &modes {
+                    let found = self.find(*m, Direction::Uni, Some(p.src), Some(p.dst), s);
+                    row.push(match found {
+                        Some(x) if x.verification.ok() => {
+                            format!("{:.2} ({:.2})", x.gbps.median, x.latency_us.median)
+                        }
+                        Some(_) => "FAIL".into(),
+                        None => "n/a".into(),
+                    });
+                }
+                t.row(row);
+            }
+            out.push_str(&t.render());
+            out.push('\n');
+        }
+    }
+}
