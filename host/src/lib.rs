@@ -4,6 +4,7 @@
 //! where `nvidia-smi` cannot run), discovers NVLink, and captures trees for tests.
 
 pub mod nvlink;
+pub mod overlay;
 pub mod snapshot;
 pub mod sysfs;
 pub mod vmm;

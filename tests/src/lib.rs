@@ -7,6 +7,8 @@ use std::sync::OnceLock;
 
 pub mod ch_server;
 pub mod openapi;
+pub mod qemu;
+pub mod qemu_expect;
 pub mod topo_m;
 
 /// The repository root (the workspace directory).

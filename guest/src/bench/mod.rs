@@ -4,6 +4,7 @@
 //! warm-up, several samples, median and spread, every transfer verified.
 
 pub mod machine;
+mod measure;
 mod nccl;
 mod pingpong;
 pub mod plan;
@@ -13,16 +14,17 @@ mod transfer;
 use std::path::PathBuf;
 
 use p2p_shared::report::bench::{
-    BenchGpu, BenchPair, BenchReport, Direction, Measurement, Method, Mode, Stats, Verification,
-    BENCH_SCHEMA, GB,
+    BenchGpu, BenchPair, BenchReport, Direction, Method, Mode, BENCH_SCHEMA,
 };
 
+use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::{peer, CudaError, Gpu};
 use crate::decide::Verdict;
 use crate::probe::{self, ProbeOptions};
-use plan::{copies_for, Job};
-use rig::{Lane, Rig};
-use transfer::{staged_ops, timed, Leg, Staging};
+use plan::Job;
+use rig::Rig;
+pub use rig::SmCopy;
+use transfer::Staging;
 
 /// Why a bench run could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +77,8 @@ pub struct BenchConfig {
     pub staged_chunk: usize,
     pub staged_depth: usize,
     pub pingpong_rounds: u32,
+    /// SM copy kernel variant and grid shape.
+    pub sm_copy: SmCopy,
     pub label: String,
 }
 
@@ -88,10 +92,25 @@ pub trait Progress {
 
 /// Per-GPU source ("a") and destination ("b") buffers, sized for the largest copy.
 struct Buffers {
-    a: Vec<crate::cuda::memory::DeviceBuffer>,
-    b: Vec<crate::cuda::memory::DeviceBuffer>,
+    a: Vec<DeviceBuffer>,
+    b: Vec<DeviceBuffer>,
 }
 
+impl Buffers {
+    fn new(gpus: &[Gpu], bytes: u64) -> Result<Self, CudaError> {
+        let alloc = || {
+            gpus.iter()
+                .map(|g| DeviceBuffer::new(g, bytes as usize))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Self {
+            a: alloc()?,
+            b: alloc()?,
+        })
+    }
+}
+
+/// A prepared run: GPUs, peer access applied, kernels loaded.
 struct Run<'p> {
     cfg: BenchConfig,
     rig: Rig,
@@ -102,8 +121,18 @@ struct Run<'p> {
     progress: &'p dyn Progress,
 }
 
-/// Runs the benchmark and returns the full report.
-pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, BenchError> {
+/// What setup learnt besides the prepared run.
+struct Setup<'p> {
+    run: Run<'p>,
+    pairs: Vec<BenchPair>,
+    /// Ordered pairs to measure, after --pairs.
+    ordered: Vec<(usize, usize)>,
+    driver_api: i32,
+    probe_flags: Vec<String>,
+}
+
+/// Probes, opens the GPUs, decides and applies peer access, loads kernels.
+fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchError> {
     let (probe, cuda) = probe::probe(&cfg.sysfs_root, &ProbeOptions { use_driver: true })?;
     let cuda =
         cuda.ok_or_else(|| BenchError::NoCuda(probe.cuda.why.clone().unwrap_or_default()))?;
@@ -120,39 +149,33 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
             .collect::<Result<_, _>>()?,
         None => cuda.gpus.clone(),
     };
-    let pairwise = cfg.modes.iter().any(|m| m.is_pairwise());
-    if chosen.len() < 2 && (pairwise || cfg.modes.contains(&Mode::Nccl)) {
+    let needs_two = cfg
+        .modes
+        .iter()
+        .any(|m| m.is_pairwise() || *m == Mode::Nccl);
+    if chosen.len() < 2 && needs_two {
         return Err(BenchError::TooFewGpus("peer copies".into(), chosen.len()));
     }
 
-    // Decide and apply peer access for every ordered pair.
     let n = chosen.len();
     let mut access = vec![vec![false; n]; n];
-    let mut pairs_info = Vec::new();
+    let mut pairs = Vec::new();
     for i in 0..n {
-        for j in 0..n {
-            if i == j {
-                continue;
-            }
+        for j in (0..n).filter(|&j| j != i) {
             let (a, b) = (&chosen[i], &chosen[j]);
             let q = peer::query(a, b)?;
             let decision = probe.decision(a.bdf, b.bdf);
             let allowed = decision.is_some_and(|d| d.verdict == Verdict::Enable);
+            let reasons = decision.map_or("no decision".to_string(), |d| d.reasons.join("; "));
             let (on, why) = match cfg.peer_access {
                 PeerPolicy::Off => (false, "--peer-access off".to_string()),
                 PeerPolicy::All if q.can_access => (true, "--peer-access all".to_string()),
                 PeerPolicy::All => (false, "CUDA cannot access this peer".to_string()),
-                PeerPolicy::Decision if allowed && q.can_access => (
-                    true,
-                    decision.map(|d| d.reasons.join("; ")).unwrap_or_default(),
-                ),
+                PeerPolicy::Decision if allowed && q.can_access => (true, reasons),
                 PeerPolicy::Decision if allowed => {
                     (false, "decision allows it, CUDA cannot".to_string())
                 }
-                PeerPolicy::Decision => (
-                    false,
-                    decision.map_or("no decision".to_string(), |d| d.reasons.join("; ")),
-                ),
+                PeerPolicy::Decision => (false, reasons),
             };
             if on {
                 peer::enable(a, b)?;
@@ -163,7 +186,7 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
             let class = decision
                 .and_then(|d| d.nvlinks)
                 .map_or_else(|| "PCIe".to_string(), |c| format!("NV{c}"));
-            pairs_info.push(BenchPair {
+            pairs.push(BenchPair {
                 src: i,
                 dst: j,
                 class,
@@ -173,32 +196,49 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
             });
         }
     }
+    let allowed = |i: usize, j: usize| {
+        probe
+            .decision(chosen[i].bdf, chosen[j].bdf)
+            .is_some_and(|d| d.verdict == Verdict::Enable)
+    };
     let ordered: Vec<(usize, usize)> = (0..n)
         .flat_map(|i| (0..n).map(move |j| (i, j)))
         .filter(|(i, j)| i != j)
-        .filter(|&(i, j)| {
-            cfg.pairs == PairSelection::All
-                || probe
-                    .decision(chosen[i].bdf, chosen[j].bdf)
-                    .is_some_and(|d| d.verdict == Verdict::Enable)
-        })
+        .filter(|&(i, j)| cfg.pairs == PairSelection::All || allowed(i, j))
         .collect();
+    let mut rig = Rig::new(chosen)?;
+    rig.sm_copy = cfg.sm_copy;
+    Ok(Setup {
+        run: Run {
+            staging: Staging::new(cfg.staged_chunk, cfg.staged_depth),
+            cfg,
+            rig,
+            access,
+            seed: 1,
+            notes: Vec::new(),
+            progress,
+        },
+        pairs,
+        ordered,
+        driver_api: cuda.driver_api,
+        probe_flags: probe.flags.iter().map(|f| f.message.clone()).collect(),
+    })
+}
 
-    let rig = Rig::new(chosen.clone())?;
+/// Runs the benchmark and returns the full report.
+pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, BenchError> {
+    let Setup {
+        mut run,
+        pairs,
+        ordered,
+        driver_api,
+        probe_flags,
+    } = setup(cfg.clone(), progress)?;
     let jobs = plan::jobs(&cfg.modes, &cfg.directions, &ordered, &cfg.sizes);
-    let mut run = Run {
-        staging: Staging::new(cfg.staged_chunk, cfg.staged_depth),
-        cfg: cfg.clone(),
-        rig,
-        access,
-        seed: 1,
-        notes: Vec::new(),
-        progress,
-    };
     let results = run.all(&jobs)?;
-
-    let machine = machine::describe(cuda.driver_api, nccl::version());
-    let gpus = chosen
+    let gpus = run
+        .rig
+        .gpus
         .iter()
         .enumerate()
         .map(|(i, g)| BenchGpu {
@@ -210,14 +250,14 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
         })
         .collect();
     let mut notes = run.notes;
-    notes.extend(probe.flags.iter().map(|f| f.message.clone()));
+    notes.extend(probe_flags);
     Ok(BenchReport {
         schema: BENCH_SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
         label: cfg.label.clone(),
-        machine,
+        machine: machine::describe(driver_api, nccl::version()),
         gpus,
-        pairs: pairs_info,
+        pairs,
         method: Method {
             samples: cfg.samples,
             warmup_copies: cfg.warmup,
@@ -232,287 +272,66 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
     })
 }
 
-impl Run<'_> {
-    fn all(&mut self, jobs: &[Job]) -> Result<Vec<Measurement>, BenchError> {
-        let copy_max = jobs
-            .iter()
-            .filter(|j| !matches!(j.mode, Mode::Nccl | Mode::NcclNoP2p | Mode::Pingpong))
-            .map(|j| j.bytes)
-            .max();
-        let buffers = match copy_max {
-            Some(max) => Some(Buffers {
-                a: self
-                    .rig
-                    .gpus
-                    .iter()
-                    .map(|g| crate::cuda::memory::DeviceBuffer::new(g, max as usize))
-                    .collect::<Result<_, _>>()?,
-                b: self
-                    .rig
-                    .gpus
-                    .iter()
-                    .map(|g| crate::cuda::memory::DeviceBuffer::new(g, max as usize))
-                    .collect::<Result<_, _>>()?,
-            }),
-            None => None,
-        };
-        self.progress.start(jobs.len() as u64);
-        let mut out = Vec::new();
-        let mut skipped: Vec<String> = Vec::new();
-        let mut allreduce = None;
-        for job in jobs {
-            let label = match (job.src, job.dst) {
-                (Some(s), Some(d)) => format!(
-                    "{} {} GPU{s}{}GPU{d} {}",
-                    job.mode,
-                    if job.direction == Direction::Bi {
-                        "bi"
-                    } else {
-                        "uni"
-                    },
-                    if job.direction == Direction::Bi {
-                        "<->"
-                    } else {
-                        "->"
-                    },
-                    plan::size_label(job.bytes)
-                ),
-                _ => format!("{} all GPUs {}", job.mode, plan::size_label(job.bytes)),
-            };
-            self.progress.step(&label);
-            if let (Some(s), Some(d)) = (job.src, job.dst) {
-                let needs_both = job.direction == Direction::Bi || job.mode == Mode::Pingpong;
-                let has = self.access[s][d] && (!needs_both || self.access[d][s]);
-                if job.mode.needs_peer_access() && job.mode != Mode::Ce && !has {
-                    let msg = format!(
-                        "{} GPU{s}->GPU{d} skipped: peer access is off for the pair",
-                        job.mode
-                    );
-                    if !skipped.contains(&msg) {
-                        self.progress.note(&msg);
-                        skipped.push(msg);
-                    }
-                    continue;
-                }
-            }
-            let m = match job.mode {
-                Mode::Pingpong => self.pingpong(job)?,
-                Mode::Nccl | Mode::NcclNoP2p => {
-                    if allreduce.is_none() {
-                        let max = jobs
-                            .iter()
-                            .filter(|j| j.mode == job.mode)
-                            .map(|j| j.bytes)
-                            .max()
-                            .unwrap_or(job.bytes);
-                        allreduce = Some(nccl::AllReduce::new(&self.rig, max)?);
-                    }
-                    let ar = allreduce
-                        .as_mut()
-                        .ok_or(BenchError::NoCuda("NCCL".into()))?;
-                    self.nccl(ar, job)?
-                }
-                _ => {
-                    let bufs = buffers
-                        .as_ref()
-                        .ok_or(BenchError::NoCuda("buffers".into()))?;
-                    self.copy(bufs, job)?
-                }
-            };
-            if !m.verification.ok() {
-                self.progress.note(&format!(
-                    "{label}: VERIFY FAILED ({} bad bytes)",
-                    m.verification.mismatches
-                ));
-            }
-            out.push(m);
-        }
-        self.progress.finish();
-        self.notes.extend(skipped);
-        Ok(out)
-    }
-
-    fn next_seed(&mut self) -> u32 {
-        self.seed = self.seed.wrapping_add(0x9e37_79b9);
-        self.seed
-    }
-
-    /// Peer access for the driver path must be off; elsewhere as decided.
-    fn set_access(&self, s: usize, d: usize, driver: bool) -> Result<(), CudaError> {
-        for (x, y) in [(s, d), (d, s)] {
-            let (a, b) = (&self.rig.gpus[x], &self.rig.gpus[y]);
-            if driver || !self.access[x][y] {
-                peer::disable(a, b)?;
-            } else {
-                peer::enable(a, b)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn copy(&mut self, bufs: &Buffers, job: &Job) -> Result<Measurement, BenchError> {
-        let (s, d) = (job.src.unwrap_or(0), job.dst.unwrap_or(1));
-        self.set_access(s, d, job.mode == Mode::Driver)?;
-        let mut legs = vec![Leg {
-            mode: job.mode,
-            src: s,
-            dst: d,
-            src_buf: &bufs.a[s],
-            dst_buf: &bufs.b[d],
-        }];
-        if job.direction == Direction::Bi {
-            legs.push(Leg {
-                mode: job.mode,
-                src: d,
-                dst: s,
-                src_buf: &bufs.a[d],
-                dst_buf: &bufs.b[s],
-            });
-        }
-        let copies = copies_for(job.bytes);
-        let ops = match job.mode {
-            Mode::Staged => staged_ops(job.bytes, self.staging.chunk_bytes()) * u64::from(copies),
-            _ => u64::from(copies),
-        };
-        let hold = ops <= plan::HOLD_BUDGET_OPS;
-        for leg in &legs {
-            self.rig
-                .fill(leg.src, Lane::Out, leg.src_buf, job.bytes, 7)?;
-        }
-        self.rig.synchronize_all()?;
-        if self.cfg.warmup > 0 {
-            timed(
-                &self.rig,
-                &mut self.staging,
-                &legs,
-                job.bytes,
-                self.cfg.warmup,
-                false,
-            )?;
-        }
-        let mut secs = Vec::new();
-        let mut bad = 0;
-        for _ in 0..self.cfg.samples {
-            let seed = self.next_seed();
-            for (k, leg) in legs.iter().enumerate() {
-                self.rig.fill(
-                    leg.src,
-                    Lane::Out,
-                    leg.src_buf,
-                    job.bytes,
-                    seed.wrapping_add(k as u32),
-                )?;
-                self.rig
-                    .poison(leg.dst, Lane::In, leg.dst_buf, job.bytes, 0xa5)?;
-            }
-            self.rig.synchronize_all()?;
-            let t = timed(&self.rig, &mut self.staging, &legs, job.bytes, copies, hold)?;
-            if let Some(why) = t.hold_failed {
-                self.progress
-                    .note(&format!("{why}; sample retaken without a hold"));
-                self.notes.push(why);
-            }
-            secs.push(t.seconds.into_iter().fold(0.0, f64::max));
-            for (k, leg) in legs.iter().enumerate() {
-                bad += self.rig.verify(
-                    leg.dst,
-                    Lane::In,
-                    leg.dst_buf,
-                    job.bytes,
-                    seed.wrapping_add(k as u32),
-                )?;
-            }
-        }
-        self.set_access(s, d, false)?;
-        let moved = job.bytes as f64 * f64::from(copies) * legs.len() as f64;
-        Ok(measurement(
-            job,
-            copies,
-            secs,
-            |t| moved / t / GB,
-            |t| t / f64::from(copies) * 1e6,
-            Verification {
-                checked_bytes: job.bytes * legs.len() as u64 * u64::from(self.cfg.samples),
-                mismatches: bad,
-            },
-        ))
-    }
-
-    fn pingpong(&mut self, job: &Job) -> Result<Measurement, BenchError> {
-        let (s, d) = (job.src.unwrap_or(0), job.dst.unwrap_or(1));
-        self.set_access(s, d, false)?;
-        let pp = pingpong::PingPong::new(&self.rig, s, d)?;
-        let rounds = self.cfg.pingpong_rounds;
-        pp.run(&self.rig, s, d, (rounds / 10).max(1))?;
-        let mut secs = Vec::new();
-        for _ in 0..self.cfg.samples {
-            secs.push(pp.run(&self.rig, s, d, rounds)?);
-        }
-        let steps = 2.0 * f64::from(rounds);
-        Ok(measurement(
-            job,
-            rounds,
-            secs,
-            |t| 4.0 * steps / t / GB,
-            |t| t / steps * 1e6,
-            Verification {
-                checked_bytes: 4 * 2 * u64::from(rounds) * u64::from(self.cfg.samples),
-                mismatches: 0,
-            },
-        ))
-    }
-
-    fn nccl(&mut self, ar: &mut nccl::AllReduce, job: &Job) -> Result<Measurement, BenchError> {
-        let iters = copies_for(job.bytes).min(50);
-        ar.timed(&self.rig, job.bytes, 2)?;
-        let mut secs = Vec::new();
-        for _ in 0..self.cfg.samples {
-            secs.push(ar.timed(&self.rig, job.bytes, iters)?);
-        }
-        let bad = ar.verify(&self.rig, job.bytes)?;
-        let ranks = ar.ranks();
-        let per = |t: f64| t / f64::from(iters);
-        Ok(measurement(
-            job,
-            iters,
-            secs,
-            |t| nccl::bus_gbps(job.bytes, per(t), ranks),
-            |t| per(t) * 1e6,
-            Verification {
-                checked_bytes: (job.bytes / 4).max(1) * 4 * ranks as u64,
-                mismatches: bad,
-            },
-        ))
-    }
+/// One point of an SM copy tuning sweep.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TunePoint {
+    pub variant: &'static str,
+    pub blocks_per_sm: u32,
+    pub threads: u32,
+    pub mode: Mode,
+    pub gbps: f64,
+    pub verified: bool,
 }
 
-fn measurement(
-    job: &Job,
-    copies: u32,
-    secs: Vec<f64>,
-    gbps: impl Fn(f64) -> f64,
-    latency_us: impl Fn(f64) -> f64,
-    verification: Verification,
-) -> Measurement {
-    let g: Vec<f64> = secs.iter().map(|&t| gbps(t)).collect();
-    let l: Vec<f64> = secs.iter().map(|&t| latency_us(t)).collect();
-    let zero = Stats {
-        median: 0.0,
-        min: 0.0,
-        max: 0.0,
-        mean: 0.0,
-        spread_pct: 0.0,
-    };
-    Measurement {
-        mode: job.mode,
-        direction: job.direction,
-        src: job.src,
-        dst: job.dst,
-        bytes: job.bytes,
-        copies,
-        gbps: Stats::of(&g).unwrap_or(zero),
-        latency_us: Stats::of(&l).unwrap_or(zero),
-        sample_seconds: secs,
-        verification,
+/// Measures sm-read and sm-write from the first ordered pair at `cfg.headline_bytes`
+/// for every kernel variant and grid shape given; for choosing the defaults.
+pub fn tune_sm(
+    cfg: BenchConfig,
+    blocks_per_sm: &[u32],
+    threads: &[u32],
+    progress: &dyn Progress,
+) -> Result<Vec<TunePoint>, BenchError> {
+    let Setup {
+        mut run, ordered, ..
+    } = setup(cfg.clone(), progress)?;
+    let &(s, d) = ordered
+        .first()
+        .ok_or(BenchError::TooFewGpus("tuning".into(), 1))?;
+    let bytes = cfg.headline_bytes;
+    let bufs = Buffers::new(&run.rig.gpus, bytes)?;
+    let variants = p2p_kernels::entry::COPY_VARIANTS;
+    progress.start((variants.len() * blocks_per_sm.len() * threads.len() * 2) as u64);
+    let mut out = Vec::new();
+    for (v, name) in variants.iter().enumerate() {
+        for &b in blocks_per_sm {
+            for &t in threads {
+                run.rig.sm_copy = SmCopy {
+                    variant: v,
+                    blocks_per_sm: b,
+                    threads: t,
+                };
+                for mode in [Mode::SmRead, Mode::SmWrite] {
+                    progress.step(&format!("{name} {b}x{t} {mode}"));
+                    let job = Job {
+                        mode,
+                        direction: Direction::Uni,
+                        src: Some(s),
+                        dst: Some(d),
+                        bytes,
+                    };
+                    let m = run.copy(&bufs, &job)?;
+                    out.push(TunePoint {
+                        variant: name,
+                        blocks_per_sm: b,
+                        threads: t,
+                        mode,
+                        gbps: m.gbps.median,
+                        verified: m.verification.ok(),
+                    });
+                }
+            }
+        }
     }
+    progress.finish();
+    Ok(out)
 }

@@ -32,9 +32,10 @@ pub struct Job {
 }
 
 /// Copies per sample: enough bytes to time well (about 2 GiB), at least 4,
-/// at most 100 (so small copies stay within the hold budget).
+/// at most 300 (small copies: enough to amortise the restart after release,
+/// few enough to stay inside the hold budget).
 pub fn copies_for(bytes: u64) -> u32 {
-    ((2u64 << 30) / bytes.max(1)).clamp(4, 100) as u32
+    ((2u64 << 30) / bytes.max(1)).clamp(4, 300) as u32
 }
 
 /// Lists the jobs for `modes` over `pairs` (ordered) and `sizes`; `bi`
@@ -123,7 +124,7 @@ mod tests {
 
     #[test]
     fn copies_and_sizes() {
-        assert_eq!(copies_for(4), 100);
+        assert_eq!(copies_for(4), 300);
         assert_eq!(copies_for(256 << 20), 8);
         assert_eq!(copies_for(1 << 30), 4);
         assert_eq!(parse_size("16K").unwrap(), 16384);

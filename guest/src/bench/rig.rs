@@ -29,8 +29,28 @@ const CONTROL_WORDS: usize = 64;
 /// Byte offset of the u64 slots where spin kernels leave the cycles they waited.
 const WAITED_OFFSET: usize = CONTROL_WORDS * 4;
 
+/// How SM copy kernels are launched: which variant, and the grid shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmCopy {
+    /// Index into `p2p_kernels::entry::COPY_VARIANTS`.
+    pub variant: usize,
+    pub blocks_per_sm: u32,
+    pub threads: u32,
+}
+
+impl Default for SmCopy {
+    fn default() -> Self {
+        Self {
+            variant: 0,
+            blocks_per_sm: 4,
+            threads: BLOCK_THREADS,
+        }
+    }
+}
+
 pub struct Rig {
     pub gpus: Vec<Gpu>,
+    pub sm_copy: SmCopy,
     pub kernels: Vec<Kernels>,
     streams: Vec<[Arc<CudaStream>; 2]>,
     control: PinnedBuffer,
@@ -63,6 +83,7 @@ impl Rig {
         let control = PinnedBuffer::new(&gpus[0], WAITED_OFFSET + CONTROL_WORDS * 8)?;
         Ok(Rig {
             gpus,
+            sm_copy: SmCopy::default(),
             kernels,
             streams,
             control,
@@ -109,6 +130,22 @@ impl Rig {
         let full = self.sms[gpu] * 4;
         let needed = work.div_ceil(u64::from(BLOCK_THREADS)).max(1);
         needed.min(u64::from(full)) as u32
+    }
+
+    /// Grid and block for an SM copy of `vecs` 16-byte vectors on `gpu`.
+    pub fn copy_shape(&self, gpu: usize, vecs: u64) -> (u32, u32) {
+        let t = self.sm_copy.threads;
+        let full = self.sms[gpu] * self.sm_copy.blocks_per_sm;
+        (
+            vecs.div_ceil(u64::from(t)).clamp(1, u64::from(full)) as u32,
+            t,
+        )
+    }
+
+    /// The SM copy kernel in use on `gpu`.
+    pub fn copy_kernel(&self, gpu: usize) -> &CudaFunction {
+        let v = &self.kernels[gpu].copy_variants;
+        &v[self.sm_copy.variant.min(v.len() - 1)].1
     }
 
     /// Launches `f` on `gpu`'s `lane` with raw parameter pointers.

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::ffi::c_void;
 
 use cudarc::driver::{result, sys, CudaEvent};
-use p2p_kernels::BLOCK_THREADS;
 use p2p_shared::report::bench::Mode;
 use p2p_shared::report::size_label;
 
@@ -175,15 +174,8 @@ fn enqueue(rig: &Rig, staging: &mut Staging, leg: &Leg<'_>, bytes: u64) -> Resul
                 (&mut d) as *mut u64 as *mut c_void,
                 (&mut n) as *mut u64 as *mut c_void,
             ];
-            let grid = rig.grid_for(gpu, bytes.div_ceil(16));
-            rig.launch(
-                gpu,
-                lane,
-                &rig.kernels[gpu].copy,
-                grid,
-                BLOCK_THREADS,
-                &mut params,
-            )
+            let (grid, block) = rig.copy_shape(gpu, bytes.div_ceil(16));
+            rig.launch(gpu, lane, rig.copy_kernel(gpu), grid, block, &mut params)
         }
         Mode::Staged => enqueue_staged(rig, staging, leg, bytes),
         other => Err(CudaError::Device {

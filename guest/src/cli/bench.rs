@@ -7,11 +7,19 @@ use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use p2p_guest::bench::plan::{parse_size, DEFAULT_SIZES};
-use p2p_guest::bench::{run, BenchConfig, PairSelection, PeerPolicy, Progress};
+use p2p_guest::bench::{run, BenchConfig, PairSelection, PeerPolicy, Progress, SmCopy};
 use p2p_shared::report::bench::{BenchReport, Direction, Mode};
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
     s.parse()
+}
+
+pub fn parse_variant(s: &str) -> Result<usize, String> {
+    let names = p2p_kernels::entry::COPY_VARIANTS;
+    names
+        .iter()
+        .position(|n| *n == s)
+        .ok_or_else(|| format!("'{s}': one of {}", names.join(", ")))
 }
 
 fn parse_direction(s: &str) -> Result<Direction, String> {
@@ -65,6 +73,15 @@ pub struct BenchArgs {
     /// Round trips per ping-pong sample.
     #[arg(long, default_value_t = 20000)]
     pingpong_rounds: u32,
+    /// SM copy kernel variant (see `p2p-guest tune-sm`).
+    #[arg(long, default_value = "vp2p_copy", value_parser = parse_variant)]
+    sm_kernel: usize,
+    /// Blocks per SM for SM copy kernels.
+    #[arg(long, default_value_t = 4)]
+    sm_blocks_per_sm: u32,
+    /// Threads per block for SM copy kernels.
+    #[arg(long, default_value_t = 512)]
+    sm_threads: u32,
     /// Write the full report (every sample) as JSON to FILE ("-": stdout, no table).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -79,7 +96,23 @@ pub struct BenchArgs {
     no_progress: bool,
 }
 
-struct Bar(Option<ProgressBar>);
+pub struct Bar(pub Option<ProgressBar>);
+
+impl Bar {
+    /// A progress bar on stderr, or none.
+    pub fn new(show: bool) -> Self {
+        if !show {
+            return Bar(None);
+        }
+        let b = ProgressBar::new(0);
+        b.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        Bar(Some(b))
+    }
+}
 
 impl Progress for Bar {
     fn start(&self, total: u64) {
@@ -139,19 +172,14 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
         staged_chunk: args.staged_chunk as usize,
         staged_depth: args.staged_depth,
         pingpong_rounds: args.pingpong_rounds.max(1),
+        sm_copy: SmCopy {
+            variant: args.sm_kernel,
+            blocks_per_sm: args.sm_blocks_per_sm.max(1),
+            threads: args.sm_threads.clamp(32, 1024),
+        },
         label,
     };
-    let bar = if args.no_progress {
-        Bar(None)
-    } else {
-        let b = ProgressBar::new(0);
-        b.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        Bar(Some(b))
-    };
+    let bar = Bar::new(!args.no_progress);
     let mut report = run(cfg, &bar)?;
     if child_nccl {
         bar.note(

@@ -3,6 +3,7 @@
 mod bench;
 mod compare;
 mod probe;
+mod tune;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +25,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Put two bench runs side by side: ratios, overheads and an SVG plot.
     Compare(compare::CompareArgs),
+    /// Sweep SM copy kernel variants and grid shapes (for tuning defaults).
+    #[command(hide = true)]
+    TuneSm(tune::TuneArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -31,5 +35,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Probe(a) => probe::run(a),
         Command::Bench(a) => bench::run_cmd(a),
         Command::Compare(a) => compare::run(a),
+        Command::TuneSm(a) => tune::run(a),
     }
 }

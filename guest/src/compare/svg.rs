@@ -50,6 +50,16 @@ fn curves(r: &BenchReport, mode: Mode, dir: Direction) -> Vec<(String, Curve)> {
         .collect()
 }
 
+/// Tick labels fall on powers of ten: "10 B", "1 kB", "100 MB", "1 GB".
+fn decimal_size(x: f64) -> String {
+    for (unit, scale) in [("GB", 1e9), ("MB", 1e6), ("kB", 1e3)] {
+        if x >= scale {
+            return format!("{} {unit}", (x / scale).round());
+        }
+    }
+    format!("{} B", x.round())
+}
+
 /// Draws every mode/direction both runs measured into one SVG file.
 pub fn draw(
     base: &BenchReport,
@@ -115,7 +125,7 @@ pub fn draw(
             .configure_mesh()
             .x_desc("bytes per copy")
             .y_desc("GB/s")
-            .x_label_formatter(&|x| p2p_shared::report::size_label(*x as u64))
+            .x_label_formatter(&|x| decimal_size(*x))
             .draw()
             .map_err(|e| err(e.to_string()))?;
         for (runs, color, label) in [(b, BLUE, base_label), (o, RED, other_label)] {

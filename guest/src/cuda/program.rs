@@ -19,6 +19,8 @@ pub struct Kernels {
     pub fill: CudaFunction,
     pub verify: CudaFunction,
     pub reduce_check: CudaFunction,
+    /// Every SM copy variant, by name, `copy` first.
+    pub copy_variants: Vec<(&'static str, CudaFunction)>,
     _module: Arc<CudaModule>,
 }
 
@@ -72,6 +74,10 @@ pub fn load_all(gpus: &[Gpu]) -> Result<Vec<Kernels>, CudaError> {
             fill: f(entry::FILL)?,
             verify: f(entry::VERIFY)?,
             reduce_check: f(entry::REDUCE_CHECK)?,
+            copy_variants: entry::COPY_VARIANTS
+                .iter()
+                .map(|n| f(n).map(|func| (*n, func)))
+                .collect::<Result<_, _>>()?,
             _module: Arc::clone(&module),
         });
     }

@@ -1,6 +1,7 @@
 //! Command-line front end: argument types and one module per subcommand.
 
 mod apply;
+mod inject;
 mod plan;
 mod select;
 mod snapshot;
@@ -28,6 +29,9 @@ enum Command {
     Plan(plan::PlanCmd),
     /// Hot-add a VM's GPUs with their cliques to a running Cloud Hypervisor.
     Apply(apply::ApplyArgs),
+    /// Write the virtual config space a guest would read: a captured config
+    /// with the P2P capability placed in it, and say where it went.
+    Inject(inject::InjectArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -36,5 +40,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Snapshot(a) => snapshot::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Apply(a) => apply::run(a),
+        Command::Inject(a) => inject::run(a),
     }
 }

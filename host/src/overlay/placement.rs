@@ -1,0 +1,308 @@
+//! Where the capability goes, per DESIGN.md "The capability": last in the
+//! 0x34 list, at 0xC8 when its 8 bytes overlap no capability, else 0xD4, else
+//! the first free dword-aligned 8 bytes at or above 0x40.
+
+use std::fmt;
+
+use p2p_shared::capability::{P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
+use p2p_shared::pci::{CapabilityEntry, ConfigSpace, CONFIG_HEADER_LEN, CONFIG_LEGACY_LEN};
+use p2p_shared::Clique;
+use serde::Serialize;
+
+use super::error::OverlayError;
+use super::patch::Owned;
+use super::OverlayOptions;
+
+/// NVIDIA's PCI vendor id.
+pub const NVIDIA_VENDOR_ID: u16 = 0x10de;
+/// PCI base class of display controllers (VGA 0x0300, 3D 0x0302).
+pub const DISPLAY_BASE_CLASS: u8 = 0x03;
+/// The preferred slot, QEMU's and Cloud Hypervisor's default.
+pub const PREFERRED_OFFSET: u8 = 0xc8;
+/// The second choice (since driver 580.65 NVIDIA may use it for another capability).
+pub const FALLBACK_OFFSET: u8 = 0xd4;
+/// Register holding the first capability pointer (type-0 and type-1 headers).
+pub const CAP_POINTER_OFFSET: u8 = 0x34;
+/// Low byte of the status register; bit 4 says the capability list exists.
+pub const STATUS_OFFSET: u8 = 0x06;
+/// Status bit 4: capabilities list.
+pub const STATUS_CAP_LIST: u8 = 0x10;
+
+/// Whether the overlay adds the capability or found it already there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementAction {
+    /// The capability is added to the virtual config space.
+    Injected,
+    /// The physical config already carries it with the same clique: nothing changes.
+    AlreadyPresent,
+}
+
+/// A byte the overlay changes: its offset, physical value and virtual value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BytePatch {
+    pub offset: u8,
+    pub old: u8,
+    pub new: u8,
+}
+
+/// The capability that was last in the list and now points to the new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LinkedAfter {
+    /// Its capability id.
+    pub id: u8,
+    /// Its offset.
+    pub offset: u8,
+    /// Its next pointer (at `offset + 1`): the old value (0, or reserved bits
+    /// only) and the new one (the capability's offset).
+    pub next: BytePatch,
+}
+
+/// A slot tried and rejected, with the capability its 8 bytes overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RejectedSlot {
+    pub offset: u8,
+    pub overlaps: CapabilityEntry,
+}
+
+impl fmt::Display for RejectedSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.overlaps;
+        write!(
+            f,
+            "{:#04x}..{:#04x} overlaps capability {:#04x} at {:#04x}..{:#04x} ({} bytes, {})",
+            self.offset,
+            usize::from(self.offset) + usize::from(P2P_CAP_LEN),
+            c.id,
+            c.offset,
+            c.end(),
+            c.len,
+            match c.len_source {
+                p2p_shared::pci::LenSource::Spec => "length from the spec",
+                p2p_shared::pci::LenSource::SelfDescribed => "length it states",
+                p2p_shared::pci::LenSource::UpToNext => "unknown layout, up to the next capability",
+            }
+        )
+    }
+}
+
+/// Where the capability went and everything the overlay changed to put it there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    pub action: PlacementAction,
+    /// Offset of the capability in config space.
+    pub offset: u8,
+    pub clique: Clique,
+    /// Its 8 bytes as the guest reads them.
+    pub capability: [u8; 8],
+    /// The previously last capability, whose next pointer was patched; None
+    /// when the list was empty or nothing was injected.
+    pub linked_after: Option<LinkedAfter>,
+    /// The capability pointer at 0x34, when the list was empty.
+    pub cap_pointer: Option<BytePatch>,
+    /// The low status byte at 0x06, when its capability-list bit was clear.
+    pub status: Option<BytePatch>,
+    /// Slots tried before `offset`, in order (0xC8, 0xD4, then upwards from 0x40).
+    pub rejected: Vec<RejectedSlot>,
+}
+
+impl Placement {
+    pub fn is_injected(&self) -> bool {
+        self.action == PlacementAction::Injected
+    }
+
+    /// The pointer to the capability changed at 0x34 (the list was empty).
+    pub fn cap_pointer_changed(&self) -> bool {
+        self.cap_pointer.is_some()
+    }
+
+    /// Status bit 4 (capabilities list) was set in the virtual bytes.
+    pub fn status_changed(&self) -> bool {
+        self.status.is_some()
+    }
+
+    /// Offset of the byte that now points to the capability (a next pointer or
+    /// 0x34), None when nothing was injected.
+    pub fn pointer_offset(&self) -> Option<u8> {
+        self.linked_after
+            .map(|l| l.next.offset)
+            .or(self.cap_pointer.map(|p| p.offset))
+    }
+}
+
+/// A placement and the bytes it owns.
+pub(super) struct Plan {
+    pub placement: Placement,
+    pub owned: Owned,
+}
+
+/// Checks `config` and decides where the capability goes.
+pub(super) fn plan(
+    config: &[u8],
+    clique: Clique,
+    options: &OverlayOptions,
+) -> Result<Plan, OverlayError> {
+    if config.len() < CONFIG_LEGACY_LEN {
+        return Err(OverlayError::Truncated { len: config.len() });
+    }
+    let cs = ConfigSpace::new(config)?;
+    let base_class = config[0x0b];
+    if !options.allow_non_nvidia
+        && (cs.vendor_id() != NVIDIA_VENDOR_ID || base_class != DISPLAY_BASE_CLASS)
+    {
+        return Err(OverlayError::NotNvidiaGpu {
+            vendor: cs.vendor_id(),
+            base_class,
+        });
+    }
+    if cs.header_type() == 2 {
+        return Err(OverlayError::UnsupportedHeaderType {
+            header_type: config[0x0e],
+        });
+    }
+    let caps = cs.capabilities()?;
+    if let Some(existing) = existing(config, &caps, clique)? {
+        return Ok(Plan {
+            placement: Placement {
+                action: PlacementAction::AlreadyPresent,
+                offset: existing.offset,
+                clique,
+                capability: cap_bytes(config, existing.offset),
+                linked_after: None,
+                cap_pointer: None,
+                status: None,
+                rejected: Vec::new(),
+            },
+            owned: Owned::default(),
+        });
+    }
+    let (offset, rejected) = choose_slot(&caps)?;
+    let capability = P2pCapability::new(clique, 0).encode();
+    let mut owned = Owned::default();
+    for (i, b) in capability.iter().enumerate() {
+        owned.set(usize::from(offset) + i, 0xff, *b);
+    }
+    let mut placement = Placement {
+        action: PlacementAction::Injected,
+        offset,
+        clique,
+        capability,
+        linked_after: None,
+        cap_pointer: None,
+        status: None,
+        rejected,
+    };
+    match caps.last() {
+        Some(last) => {
+            let at = last.offset + 1;
+            owned.set(usize::from(at), 0xff, offset);
+            placement.linked_after = Some(LinkedAfter {
+                id: last.id,
+                offset: last.offset,
+                next: BytePatch {
+                    offset: at,
+                    old: config[usize::from(at)],
+                    new: offset,
+                },
+            });
+        }
+        None => {
+            let ptr = CAP_POINTER_OFFSET;
+            owned.set(usize::from(ptr), 0xff, offset);
+            placement.cap_pointer = Some(BytePatch {
+                offset: ptr,
+                old: config[usize::from(ptr)],
+                new: offset,
+            });
+            let old = config[usize::from(STATUS_OFFSET)];
+            if old & STATUS_CAP_LIST == 0 {
+                owned.set(usize::from(STATUS_OFFSET), STATUS_CAP_LIST, STATUS_CAP_LIST);
+                placement.status = Some(BytePatch {
+                    offset: STATUS_OFFSET,
+                    old,
+                    new: old | STATUS_CAP_LIST,
+                });
+            }
+        }
+    }
+    Ok(Plan { placement, owned })
+}
+
+/// The 8 bytes at `offset`, zero past the end of the legacy region.
+fn cap_bytes(config: &[u8], offset: u8) -> [u8; 8] {
+    let mut out = [0u8; 8];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = config
+            .get(usize::from(offset) + i)
+            .filter(|_| usize::from(offset) + i < CONFIG_LEGACY_LEN)
+            .copied()
+            .unwrap_or(0);
+    }
+    out
+}
+
+/// The first P2P capability already in the list, if its clique matches;
+/// an error if any P2P capability names another clique or does not decode.
+fn existing(
+    config: &[u8],
+    caps: &[CapabilityEntry],
+    clique: Clique,
+) -> Result<Option<CapabilityEntry>, OverlayError> {
+    let mut same = None;
+    for cap in caps.iter().filter(|c| c.id == VENDOR_SPECIFIC_ID) {
+        let bytes = cap_bytes(config, cap.offset);
+        if !P2pCapability::has_signature(&bytes) {
+            continue;
+        }
+        let found =
+            P2pCapability::decode(&bytes).map_err(|source| OverlayError::ExistingMalformed {
+                offset: cap.offset,
+                source,
+            })?;
+        if found.clique != clique {
+            return Err(OverlayError::ExistingOtherClique {
+                offset: cap.offset,
+                existing: found.clique,
+                requested: clique,
+            });
+        }
+        same.get_or_insert(*cap);
+    }
+    Ok(same)
+}
+
+/// The capability whose byte range overlaps the 8 bytes at `slot`, if any.
+pub fn overlapping(slot: u8, caps: &[CapabilityEntry]) -> Option<CapabilityEntry> {
+    let (start, end) = (
+        usize::from(slot),
+        usize::from(slot) + usize::from(P2P_CAP_LEN),
+    );
+    caps.iter()
+        .find(|c| usize::from(c.offset) < end && start < c.end())
+        .copied()
+}
+
+/// Slots in the order they are tried: 0xC8, 0xD4, then every dword from 0x40.
+pub fn candidate_slots() -> impl Iterator<Item = u8> {
+    let last = CONFIG_LEGACY_LEN - usize::from(P2P_CAP_LEN);
+    [PREFERRED_OFFSET, FALLBACK_OFFSET].into_iter().chain(
+        (CONFIG_HEADER_LEN..=last)
+            .step_by(4)
+            .map(|s| s as u8)
+            .filter(|&s| s != PREFERRED_OFFSET && s != FALLBACK_OFFSET),
+    )
+}
+
+fn choose_slot(caps: &[CapabilityEntry]) -> Result<(u8, Vec<RejectedSlot>), OverlayError> {
+    let mut rejected = Vec::new();
+    for slot in candidate_slots() {
+        match overlapping(slot, caps) {
+            None => return Ok((slot, rejected)),
+            Some(overlaps) => rejected.push(RejectedSlot {
+                offset: slot,
+                overlaps,
+            }),
+        }
+    }
+    Err(OverlayError::NoFreeSlot { rejected })
+}
