@@ -40,10 +40,11 @@ pub struct SmCopy {
 
 impl Default for SmCopy {
     fn default() -> Self {
+        // vp2p_copy_cs4, 4 x 1024: the best of `p2p-guest tune-sm` on 2x H200.
         Self {
-            variant: 0,
+            variant: 3,
             blocks_per_sm: 4,
-            threads: BLOCK_THREADS,
+            threads: 1024,
         }
     }
 }

@@ -73,14 +73,15 @@ pub struct BenchArgs {
     /// Round trips per ping-pong sample.
     #[arg(long, default_value_t = 20000)]
     pingpong_rounds: u32,
-    /// SM copy kernel variant (see `p2p-guest tune-sm`).
-    #[arg(long, default_value = "vp2p_copy", value_parser = parse_variant)]
+    /// SM copy kernel variant; the default is the best `p2p-guest tune-sm`
+    /// found on 2x H200 (all variants were within 2.5% of each other there).
+    #[arg(long, default_value = "vp2p_copy_cs4", value_parser = parse_variant)]
     sm_kernel: usize,
     /// Blocks per SM for SM copy kernels.
     #[arg(long, default_value_t = 4)]
     sm_blocks_per_sm: u32,
     /// Threads per block for SM copy kernels.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 1024)]
     sm_threads: u32,
     /// Write the full report (every sample) as JSON to FILE ("-": stdout, no table).
     #[arg(long, value_name = "FILE")]

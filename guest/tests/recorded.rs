@@ -1,0 +1,198 @@
+//! What needs no GPU, checked on the reports recorded on the 2x H200 VM
+//! (docs/results/h200x2-2026-11-22): the statistics behind every number, the
+//! text matrices, `compare` and its SVG, and the probe report's schema.
+
+use std::path::PathBuf;
+
+use p2p_guest::compare::{compare, svg};
+use p2p_guest::probe::report::ProbeReport;
+use p2p_shared::report::bench::{BenchReport, Direction, Mode, Stats, BENCH_SCHEMA, GB};
+
+fn results_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/results/h200x2-2026-11-22")
+}
+
+fn load(name: &str) -> BenchReport {
+    let path = results_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_recorded_number_follows_from_its_samples() {
+    for name in ["bench-p2p.json", "bench-nop2p.json"] {
+        let r = load(name);
+        assert_eq!(r.schema, BENCH_SCHEMA);
+        assert_eq!(r.gpus.len(), 2);
+        assert!(!r.results.is_empty());
+        for m in &r.results {
+            assert!(m.verification.ok(), "{name}: unverified {m:?}");
+            assert_eq!(
+                m.sample_seconds.len() as u32,
+                r.method.samples,
+                "{name}: {:?}",
+                m.mode
+            );
+            // Recompute the bandwidth of each sample from bytes moved and time.
+            let legs = if m.direction == Direction::Bi && m.mode.is_pairwise() {
+                2.0
+            } else {
+                1.0
+            };
+            let per_sample: Vec<f64> = match m.mode {
+                Mode::Nccl | Mode::NcclNoP2p => continue, // bus bandwidth, checked below
+                Mode::Pingpong => m
+                    .sample_seconds
+                    .iter()
+                    .map(|t| 4.0 * 2.0 * f64::from(m.copies) / t / GB)
+                    .collect(),
+                _ => m
+                    .sample_seconds
+                    .iter()
+                    .map(|t| m.bytes as f64 * f64::from(m.copies) * legs / t / GB)
+                    .collect(),
+            };
+            let s = Stats::of(&per_sample).unwrap();
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1e-12);
+            assert!(
+                close(s.median, m.gbps.median),
+                "{name} {:?} {}: {} vs {}",
+                m.mode,
+                m.bytes,
+                s.median,
+                m.gbps.median
+            );
+            assert!(close(s.min, m.gbps.min) && close(s.max, m.gbps.max));
+            assert!(m.gbps.min <= m.gbps.median && m.gbps.median <= m.gbps.max);
+        }
+        for m in r.results.iter().filter(|m| m.mode == Mode::Nccl) {
+            // busbw = bytes / (t / iters) * 2(n-1)/n with n = 2.
+            let t = m.sample_seconds.iter().copied().fold(f64::NAN, f64::min);
+            let best = m.bytes as f64 / (t / f64::from(m.copies)) / GB;
+            assert!(
+                (best - m.gbps.max).abs() <= 1e-6 * best,
+                "nccl {}: {best} vs {}",
+                m.bytes,
+                m.gbps.max
+            );
+        }
+    }
+}
+
+#[test]
+fn the_full_run_covers_every_mode_pair_and_size() {
+    let r = load("bench-p2p.json");
+    for mode in Mode::ALL {
+        assert!(r.results.iter().any(|m| m.mode == mode), "{mode} missing");
+    }
+    let sizes: Vec<u64> = r
+        .results
+        .iter()
+        .filter(|m| m.mode == Mode::Ce && m.direction == Direction::Uni && m.src == Some(0))
+        .map(|m| m.bytes)
+        .collect();
+    assert_eq!(sizes.first(), Some(&4));
+    assert_eq!(sizes.last(), Some(&(1 << 30)));
+    for (s, d) in [(0, 1), (1, 0)] {
+        for mode in [
+            Mode::Ce,
+            Mode::SmRead,
+            Mode::SmWrite,
+            Mode::Staged,
+            Mode::Driver,
+            Mode::Pingpong,
+        ] {
+            assert!(
+                r.results
+                    .iter()
+                    .any(|m| m.mode == mode && m.src == Some(s) && m.dst == Some(d)),
+                "{mode} {s}->{d}"
+            );
+        }
+    }
+}
+
+#[test]
+fn text_matrices_show_the_medians_of_the_json() {
+    let r = load("bench-p2p.json");
+    let text = r.render_text();
+    let head = r.method.headline_bytes;
+    let ce = r
+        .find(Mode::Ce, Direction::Uni, Some(0), Some(1), head)
+        .unwrap();
+    let block = text
+        .split("ce: unidirectional bandwidth (GB/s) at 256 MiB\n")
+        .nth(1)
+        .expect("ce matrix");
+    let row0: Vec<&str> = block.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row0, ["0", "-", &format!("{:.2}", ce.gbps.median)]);
+    assert!(text.contains("Verification: all"), "{text}");
+    assert!(text.contains("NCCL all-reduce bus bandwidth"));
+    assert!(text.contains("pingpong: one-way latency (us)"));
+}
+
+#[test]
+fn compare_matches_recomputes_and_draws() {
+    let (base, other) = (load("bench-p2p.json"), load("bench-nop2p.json"));
+    let c = compare(&base, &other);
+    // Every measurement of the staged-only run has its counterpart in the full run.
+    assert_eq!(c.rows.len(), other.results.len());
+    assert_eq!(c.only_in_other, 0);
+    assert_eq!(c.only_in_base, base.results.len() - other.results.len());
+    for row in &c.rows {
+        let b = base
+            .find(row.mode, row.direction, row.src, row.dst, row.bytes)
+            .unwrap();
+        let o = other
+            .find(row.mode, row.direction, row.src, row.dst, row.bytes)
+            .unwrap();
+        let ratio = o.gbps.median / b.gbps.median;
+        assert!((row.bandwidth_ratio - ratio).abs() < 1e-12);
+        assert!((row.bandwidth_overhead_pct - (1.0 - ratio) * 100.0).abs() < 1e-9);
+    }
+    // The recorded runs: ce without peer access is the driver's path, far slower at
+    // large sizes; the staged modes did not depend on peer access.
+    for row in c.rows.iter().filter(|r| r.bytes >= 16 << 20) {
+        match row.mode {
+            Mode::Ce => assert!(row.bandwidth_ratio < 0.2, "{row:?}"),
+            Mode::Staged | Mode::Driver => {
+                assert!((row.bandwidth_ratio - 1.0).abs() < 0.2, "{row:?}")
+            }
+            _ => {}
+        }
+    }
+    let text = c.render_text();
+    assert!(text.contains("ce unidirectional:") && text.contains("BW OVERHEAD"));
+    let dir = tempfile_dir();
+    let path = dir.join("compare.svg");
+    let panels = svg::draw(&base, &other, &c.base_label, &c.other_label, &path).unwrap();
+    assert_eq!(
+        panels, 12,
+        "ce/sm-read/sm-write/staged/driver/nccl-pair x uni/bi"
+    );
+    let svg_text = std::fs::read_to_string(&path).unwrap();
+    assert!(svg_text.starts_with("<svg") || svg_text.contains("<svg"));
+    assert_eq!(svg_text.matches("ce unidirectional").count(), 1);
+    assert!(svg_text.matches("<polyline").count() >= 20, "curves drawn");
+}
+
+#[test]
+fn the_real_probe_report_parses_and_decides_nvlink() {
+    let path = results_dir().join("probe.json");
+    let p: ProbeReport = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(p.gpus.len(), 2);
+    assert!(
+        p.gpus.iter().all(|g| g.clique.is_none()),
+        "that VM has no capability"
+    );
+    assert_eq!(p.pairs.len(), 1);
+    assert_eq!(p.pairs[0].nvlinks, Some(18));
+    assert_eq!(p.pairs[0].verdict, p2p_guest::decide::Verdict::Enable);
+    assert!(p.pairs[0].flags.is_empty());
+}
+
+fn tempfile_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vp2p-recorded-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

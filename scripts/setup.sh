@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Everything vp2p's tests need on a fresh Debian 12 machine with cargo, installed
+# or cached; idempotent (a second run does no network work).
+#
+#   bash scripts/setup.sh
+#
+# - Debian packages: QEMU 7.2 (contract and boot tests), libvirt's schema validator
+#   (virt-xml-validate + xmllint), pciutils (lspci -F in the inject test), debootstrap
+#   (for the QEMU 11.1 chroot), cpio;
+# - scripts/qemu/setup.sh: QEMU 11.1 from trixie-backports, a Debian cloud kernel,
+#   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
+# - NVIDIA's NVRTC (the PyPI wheel nvidia-cuda-nvrtc 13.0.88, the version on the GPU
+#   VMs) under $VP2P_CACHE/nvrtc, so the CUDA kernels are compiled in CI without a GPU.
+# Prints the shell line that puts NVRTC on the loader path (scripts/test.sh uses it).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+. "$here/qemu/lib.sh"
+
+if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
+need=()
+for p in qemu-system-x86 libvirt-clients libxml2-utils pciutils debootstrap cpio unzip; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    log "apt-get install ${need[*]}"
+    "${SUDO[@]}" apt-get update -qq
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+bash "$here/qemu/setup.sh" >/dev/null
+
+nvrtc="$VP2P_CACHE/nvrtc"
+lib="$nvrtc/nvidia/cu13/lib"
+if [ ! -e "$lib/libnvrtc.so.13" ]; then
+    log "downloading NVRTC 13.0.88 (PyPI wheel nvidia-cuda-nvrtc)"
+    tmp="$(mktemp -d)"
+    python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_12_x86_64 \
+        --platform manylinux2010_x86_64 --python-version 3.11 -d "$tmp" "nvidia-cuda-nvrtc==13.0.88"
+    mkdir -p "$nvrtc"
+    unzip -q -o "$tmp"/nvidia_cuda_nvrtc-*.whl 'nvidia/cu13/lib/*' -d "$nvrtc"
+    rm -rf "$tmp"
+fi
+[ -e "$lib/libnvrtc.so.13" ] || die "NVRTC missing under $lib"
+echo "export LD_LIBRARY_PATH=$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
