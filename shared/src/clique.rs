@@ -272,9 +272,9 @@ fn nvlink_units(n: usize, linked: impl Fn(usize, usize) -> bool) -> Vec<Vec<usiz
         unit_of[start] = Some(id);
         while let Some(i) = stack.pop() {
             members.push(i);
-            for j in 0..n {
-                if unit_of[j].is_none() && linked(i, j) {
-                    unit_of[j] = Some(id);
+            for (j, slot) in unit_of.iter_mut().enumerate() {
+                if slot.is_none() && linked(i, j) {
+                    *slot = Some(id);
                     stack.push(j);
                 }
             }

@@ -169,8 +169,7 @@ impl Topology {
     /// Sorts functions so lookups work; call after building by hand.
     pub fn sort(&mut self) {
         self.functions.sort_by_key(|f| f.bdf);
-        self.host_bridges
-            .sort_by(|a, b| (a.domain, a.bus).cmp(&(b.domain, b.bus)));
+        self.host_bridges.sort_by_key(|h| (h.domain, h.bus));
     }
 
     /// Functions per IOMMU group, for the groups that exist.
