@@ -100,11 +100,9 @@ impl AllReduce {
         for (g, (start, stop)) in marks.iter().enumerate() {
             stop.record(&self.streams[g])
                 .map_err(|e| nccl_err("event", e))?;
-            let ms = start.elapsed_ms(stop).map_err(|source| CudaError::Call {
-                call: "cuEventElapsedTime",
-                ordinal: g,
-                source,
-            })?;
+            let ms = start
+                .elapsed_ms(stop)
+                .map_err(CudaError::at("cuEventElapsedTime", g))?;
             worst = worst.max(f64::from(ms) / 1e3);
         }
         Ok(worst)

@@ -59,20 +59,12 @@ impl PingPong {
             if initiator == 1 {
                 start
                     .record(rig.stream(a, Lane::Out))
-                    .map_err(|source| CudaError::Call {
-                        call: "cuEventRecord",
-                        ordinal: a,
-                        source,
-                    })?;
+                    .map_err(CudaError::at("cuEventRecord", a))?;
             }
             rig.launch(gpu, lane, &rig.kernels[gpu].pingpong, 1, 32, &mut params)?;
             if initiator == 1 {
                 stop.record(rig.stream(a, Lane::Out))
-                    .map_err(|source| CudaError::Call {
-                        call: "cuEventRecord",
-                        ordinal: a,
-                        source,
-                    })?;
+                    .map_err(CudaError::at("cuEventRecord", a))?;
             }
         }
         rig.synchronize(b, Lane::In)?;
@@ -80,11 +72,9 @@ impl PingPong {
         let r = self.results[0].to_host()?;
         let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
         let done = word(1);
-        let ms = start.elapsed_ms(&stop).map_err(|source| CudaError::Call {
-            call: "cuEventElapsedTime",
-            ordinal: a,
-            source,
-        })?;
+        let ms = start
+            .elapsed_ms(&stop)
+            .map_err(CudaError::at("cuEventElapsedTime", a))?;
         if done != u64::from(rounds) {
             return Err(CudaError::Device {
                 ordinal: a,

@@ -106,11 +106,7 @@ impl Rig {
         self.gpus[gpu]
             .ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|source| CudaError::Call {
-                call: "cuEventCreate",
-                ordinal: gpu,
-                source,
-            })
+            .map_err(CudaError::at("cuEventCreate", gpu))
     }
 
     /// An event without timing, for ordering streams.
@@ -118,11 +114,7 @@ impl Rig {
         self.gpus[gpu]
             .ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(|source| CudaError::Call {
-                call: "cuEventCreate",
-                ordinal: gpu,
-                source,
-            })
+            .map_err(CudaError::at("cuEventCreate", gpu))
     }
 
     /// Blocks for a kernel covering `work` items on `gpu`: enough to fill it,
@@ -159,14 +151,7 @@ impl Rig {
         block: u32,
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
-        self.gpus[gpu]
-            .ctx
-            .bind_to_thread()
-            .map_err(|source| CudaError::Call {
-                call: "cuCtxSetCurrent",
-                ordinal: gpu,
-                source,
-            })?;
+        crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
         // SAFETY: every parameter points at a value of the type the kernel
         // declares (device pointers as u64, sizes as u64, seeds as u32), alive
         // for the duration of this call, which copies them.
@@ -180,11 +165,7 @@ impl Rig {
                 params,
             )
         }
-        .map_err(|source| CudaError::Call {
-            call: "cuLaunchKernel",
-            ordinal: gpu,
-            source,
-        })
+        .map_err(CudaError::at("cuLaunchKernel", gpu))
     }
 
     /// Arms the release flag (streams that spin now wait).
@@ -269,14 +250,7 @@ impl Rig {
         seed: u32,
     ) -> Result<u64, CudaError> {
         let counter = &self.counters[gpu];
-        self.gpus[gpu]
-            .ctx
-            .bind_to_thread()
-            .map_err(|source| CudaError::Call {
-                call: "cuCtxSetCurrent",
-                ordinal: gpu,
-                source,
-            })?;
+        crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
         // Initialise the counters on the stream the kernel runs on, so the
         // kernel cannot start before they are set.
         let stream = self.stream(gpu, lane).cu_stream();
@@ -327,14 +301,7 @@ impl Rig {
         bytes: u64,
         value: u8,
     ) -> Result<(), CudaError> {
-        self.gpus[gpu]
-            .ctx
-            .bind_to_thread()
-            .map_err(|source| CudaError::Call {
-                call: "cuCtxSetCurrent",
-                ordinal: gpu,
-                source,
-            })?;
+        crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
         // SAFETY: buf holds at least `bytes` bytes (callers size buffers for
         // the largest transfer); the stream belongs to the current context.
         check(
@@ -354,11 +321,7 @@ impl Rig {
     pub fn synchronize(&self, gpu: usize, lane: Lane) -> Result<(), CudaError> {
         self.stream(gpu, lane)
             .synchronize()
-            .map_err(|source| CudaError::Call {
-                call: "cuStreamSynchronize",
-                ordinal: gpu,
-                source,
-            })
+            .map_err(CudaError::at("cuStreamSynchronize", gpu))
     }
 
     /// Waits for every stream of every GPU.

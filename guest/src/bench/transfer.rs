@@ -106,14 +106,7 @@ pub fn staged_ops(bytes: u64, chunk: usize) -> u64 {
 }
 
 fn bind(rig: &Rig, gpu: usize) -> Result<(), CudaError> {
-    rig.gpus[gpu]
-        .ctx
-        .bind_to_thread()
-        .map_err(|source| CudaError::Call {
-            call: "cuCtxSetCurrent",
-            ordinal: gpu,
-            source,
-        })
+    crate::cuda::memory::bind(&rig.gpus[gpu].ctx, gpu)
 }
 
 fn wait(rig: &Rig, gpu: usize, lane: Lane, ev: &CudaEvent) -> Result<(), CudaError> {
@@ -126,20 +119,12 @@ fn wait(rig: &Rig, gpu: usize, lane: Lane, ev: &CudaEvent) -> Result<(), CudaErr
             sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
         )
     }
-    .map_err(|source| CudaError::Call {
-        call: "cuStreamWaitEvent",
-        ordinal: gpu,
-        source,
-    })
+    .map_err(CudaError::at("cuStreamWaitEvent", gpu))
 }
 
 fn record(rig: &Rig, gpu: usize, lane: Lane, ev: &CudaEvent) -> Result<(), CudaError> {
     ev.record(rig.stream(gpu, lane))
-        .map_err(|source| CudaError::Call {
-            call: "cuEventRecord",
-            ordinal: gpu,
-            source,
-        })
+        .map_err(CudaError::at("cuEventRecord", gpu))
 }
 
 /// Queues one copy of `bytes` for `leg`.
@@ -160,11 +145,7 @@ fn enqueue(rig: &Rig, staging: &mut Staging, leg: &Leg<'_>, bytes: u64) -> Resul
                     rig.stream(leg.src, Lane::Out).cu_stream(),
                 )
             }
-            .map_err(|source| CudaError::Call {
-                call: "cuMemcpyPeerAsync",
-                ordinal: leg.src,
-                source,
-            })
+            .map_err(CudaError::at("cuMemcpyPeerAsync", leg.src))
         }
         Mode::SmWrite | Mode::SmRead => {
             let (gpu, lane) = leg.finish_lane();
@@ -331,11 +312,9 @@ fn timed_once(
     }
     let mut secs = Vec::new();
     for (leg, (start, stop)) in legs.iter().zip(&marks) {
-        let ms = start.elapsed_ms(stop).map_err(|source| CudaError::Call {
-            call: "cuEventElapsedTime",
-            ordinal: leg.finish_lane().0,
-            source,
-        })?;
+        let ms = start
+            .elapsed_ms(stop)
+            .map_err(CudaError::at("cuEventElapsedTime", leg.finish_lane().0))?;
         secs.push(f64::from(ms) / 1e3);
     }
     let stuck = if hold {

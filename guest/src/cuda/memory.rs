@@ -22,12 +22,8 @@ impl DeviceBuffer {
     pub fn new(gpu: &Gpu, bytes: usize) -> Result<Self, CudaError> {
         bind(&gpu.ctx, gpu.ordinal)?;
         // SAFETY: the GPU's context is current on this thread.
-        let ptr =
-            unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|source| CudaError::Call {
-                call: "cuMemAlloc",
-                ordinal: gpu.ordinal,
-                source,
-            })?;
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
+            .map_err(CudaError::at("cuMemAlloc", gpu.ordinal))?;
         Ok(Self {
             ptr,
             bytes,
@@ -168,9 +164,6 @@ impl Drop for PinnedBuffer {
 
 /// Makes `ctx` current on this thread.
 pub(crate) fn bind(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<(), CudaError> {
-    ctx.bind_to_thread().map_err(|source| CudaError::Call {
-        call: "cuCtxSetCurrent",
-        ordinal,
-        source,
-    })
+    ctx.bind_to_thread()
+        .map_err(CudaError::at("cuCtxSetCurrent", ordinal))
 }

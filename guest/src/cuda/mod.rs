@@ -36,6 +36,17 @@ pub enum CudaError {
     Device { ordinal: usize, what: String },
 }
 
+impl CudaError {
+    /// For `map_err`: a driver error from `call` on GPU `ordinal`.
+    pub fn at(call: &'static str, ordinal: usize) -> impl FnOnce(DriverError) -> CudaError {
+        move |source| CudaError::Call {
+            call,
+            ordinal,
+            source,
+        }
+    }
+}
+
 /// Turns a driver status into a result naming the call and GPU.
 pub(crate) fn check(
     status: sys::CUresult,

@@ -38,13 +38,7 @@ pub fn device_configs(plan: &CliquePlan) -> Vec<DeviceConfig> {
 
 /// Command-line arguments for one VM.
 pub fn arguments(plan: &CliquePlan) -> String {
-    let mut out = format!(
-        "# {}: {} GPU(s), {} clique(s), max level {}\n--platform vfio_p2p_dma=on",
-        plan.vm,
-        plan.assignments.len(),
-        plan.cliques.len(),
-        plan.max_level
-    );
+    let mut out = format!("# {}\n--platform vfio_p2p_dma=on", super::summary(plan));
     for d in device_configs(plan) {
         let _ = write!(
             out,

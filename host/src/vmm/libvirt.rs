@@ -49,13 +49,9 @@ fn indent(text: &str, by: &str) -> String {
 /// child of `<domain>`, which must declare `xmlns:qemu`.
 pub fn fragments(plan: &CliquePlan) -> String {
     let mut out = format!(
-        "<!-- {}: {} GPU(s), {} clique(s), max level {}.\n     \
-         The <domain> element needs xmlns:qemu='{QEMU_NAMESPACE}'. -->\n\
+        "<!-- {}.\n     The <domain> element needs xmlns:qemu='{QEMU_NAMESPACE}'. -->\n\
          <!-- Inside <devices>: -->\n",
-        plan.vm,
-        plan.assignments.len(),
-        plan.cliques.len(),
-        plan.max_level
+        super::summary(plan)
     );
     for (i, a) in plan.assignments.iter().enumerate() {
         out.push_str(&hostdev(&a.bdf, &device_id(i)));

@@ -40,6 +40,17 @@ fn each_vm(report: &PlanReport, one: fn(&CliquePlan) -> String) -> String {
     report.vms.iter().map(one).collect::<Vec<_>>().join("\n")
 }
 
+/// One line naming the VM and its plan, for the comment each emitter starts with.
+pub fn summary(plan: &CliquePlan) -> String {
+    format!(
+        "{}: {} GPU(s), {} clique(s), max level {}",
+        plan.vm,
+        plan.assignments.len(),
+        plan.cliques.len(),
+        plan.max_level
+    )
+}
+
 /// A device id for the `i`-th GPU of a VM, valid in QEMU ids and libvirt
 /// user aliases (letters, digits, '-'; libvirt wants the "ua-" prefix).
 pub fn device_id(i: usize) -> String {

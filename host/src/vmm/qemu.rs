@@ -13,13 +13,7 @@ pub fn device_arg(host: &p2p_shared::Bdf, id: &str, clique: u8) -> String {
 
 /// Shell-ready arguments for one VM, a comment line first.
 pub fn arguments(plan: &CliquePlan) -> String {
-    let mut out = format!(
-        "# {}: {} GPU(s), {} clique(s), max level {}\n",
-        plan.vm,
-        plan.assignments.len(),
-        plan.cliques.len(),
-        plan.max_level
-    );
+    let mut out = format!("# {}\n", super::summary(plan));
     let n = plan.assignments.len();
     for (i, a) in plan.assignments.iter().enumerate() {
         let cont = if i + 1 < n { " \\" } else { "" };
