@@ -152,20 +152,20 @@ impl Rig {
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
         crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
-        // SAFETY: every parameter points at a value of the type the kernel
-        // declares (device pointers as u64, sizes as u64, seeds as u32), alive
-        // for the duration of this call, which copies them.
-        unsafe {
+        let stream = self.stream(gpu, lane).cu_stream();
+        // SAFETY: each parameter points at a live value of the kernel's declared
+        // type (pointers and sizes as u64, seeds as u32); the call copies them.
+        let launched = unsafe {
             result::launch_kernel(
                 f.cu_function(),
                 (grid, 1, 1),
                 (block, 1, 1),
                 0,
-                self.stream(gpu, lane).cu_stream(),
+                stream,
                 params,
             )
-        }
-        .map_err(CudaError::at("cuLaunchKernel", gpu))
+        };
+        launched.map_err(CudaError::at("cuLaunchKernel", gpu))
     }
 
     /// Arms the release flag (streams that spin now wait).
@@ -256,17 +256,11 @@ impl Rig {
         let stream = self.stream(gpu, lane).cu_stream();
         // SAFETY: the counter buffer holds 16 bytes: 8 for the mismatch count
         // (zeroed), 8 for the first bad index (all ones).
-        check(
-            unsafe { sys::cuMemsetD8Async(counter.ptr, 0, 8, stream) },
-            "cuMemsetD8Async",
-            gpu,
-        )?;
+        let status = unsafe { sys::cuMemsetD8Async(counter.ptr, 0, 8, stream) };
+        check(status, "cuMemsetD8Async", gpu)?;
         // SAFETY: as above, the second 8 bytes.
-        check(
-            unsafe { sys::cuMemsetD8Async(counter.ptr + 8, 0xff, 8, stream) },
-            "cuMemsetD8Async",
-            gpu,
-        )?;
+        let status = unsafe { sys::cuMemsetD8Async(counter.ptr + 8, 0xff, 8, stream) };
+        check(status, "cuMemsetD8Async", gpu)?;
         let (mut data, mut n, mut s) = (buf.ptr, bytes, seed);
         let (mut bad, mut first) = (counter.ptr, counter.ptr + 8);
         let mut params = [
@@ -304,18 +298,15 @@ impl Rig {
         crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
         // SAFETY: buf holds at least `bytes` bytes (callers size buffers for
         // the largest transfer); the stream belongs to the current context.
-        check(
-            unsafe {
-                sys::cuMemsetD8Async(
-                    buf.ptr,
-                    value,
-                    bytes as usize,
-                    self.stream(gpu, lane).cu_stream(),
-                )
-            },
-            "cuMemsetD8Async",
-            gpu,
-        )
+        let status = unsafe {
+            sys::cuMemsetD8Async(
+                buf.ptr,
+                value,
+                bytes as usize,
+                self.stream(gpu, lane).cu_stream(),
+            )
+        };
+        check(status, "cuMemsetD8Async", gpu)
     }
 
     pub fn synchronize(&self, gpu: usize, lane: Lane) -> Result<(), CudaError> {

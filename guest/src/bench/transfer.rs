@@ -187,34 +187,28 @@ fn enqueue_staged(
         bind(rig, leg.src)?;
         // SAFETY: the slot holds chunk_bytes >= len bytes; the source range is
         // inside the source buffer; the stream belongs to src's context.
-        check(
-            unsafe {
-                sys::cuMemcpyDtoHAsync_v2(
-                    ring.chunks[slot].host.cast(),
-                    leg.src_buf.ptr + off,
-                    len,
-                    rig.stream(leg.src, Lane::Out).cu_stream(),
-                )
-            },
-            "cuMemcpyDtoHAsync",
-            leg.src,
-        )?;
+        let status = unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                ring.chunks[slot].host.cast(),
+                leg.src_buf.ptr + off,
+                len,
+                rig.stream(leg.src, Lane::Out).cu_stream(),
+            )
+        };
+        check(status, "cuMemcpyDtoHAsync", leg.src)?;
         record(rig, leg.src, Lane::Out, &ring.d2h_done[slot])?;
         wait(rig, leg.dst, Lane::In, &ring.d2h_done[slot])?;
         bind(rig, leg.dst)?;
         // SAFETY: as above, for the destination range and dst's stream.
-        check(
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    leg.dst_buf.ptr + off,
-                    ring.chunks[slot].host.cast_const().cast(),
-                    len,
-                    rig.stream(leg.dst, Lane::In).cu_stream(),
-                )
-            },
-            "cuMemcpyHtoDAsync",
-            leg.dst,
-        )?;
+        let status = unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                leg.dst_buf.ptr + off,
+                ring.chunks[slot].host.cast_const().cast(),
+                len,
+                rig.stream(leg.dst, Lane::In).cu_stream(),
+            )
+        };
+        check(status, "cuMemcpyHtoDAsync", leg.dst)?;
         record(rig, leg.dst, Lane::In, &ring.h2d_done[slot])?;
         ring.next += 1;
         off += len as u64;

@@ -32,15 +32,18 @@ impl DeviceBuffer {
         })
     }
 
-    /// Sets every byte to `value`, on the null stream, and waits.
+    /// Sets every byte to `value` and waits for the whole context, so work
+    /// queued afterwards on any stream sees the new bytes (cuMemsetD8 alone
+    /// may still be running when it returns, and our streams do not wait for
+    /// the null stream).
     pub fn fill_bytes(&self, value: u8) -> Result<(), CudaError> {
         bind(&self.ctx, self.ordinal)?;
         // SAFETY: ptr..ptr+bytes is this allocation; the context is current.
-        check(
-            unsafe { sys::cuMemsetD8_v2(self.ptr, value, self.bytes) },
-            "cuMemsetD8",
-            self.ordinal,
-        )
+        let status = unsafe { sys::cuMemsetD8_v2(self.ptr, value, self.bytes) };
+        check(status, "cuMemsetD8", self.ordinal)?;
+        self.ctx
+            .synchronize()
+            .map_err(CudaError::at("cuCtxSynchronize", self.ordinal))
     }
 
     /// Reads the buffer back (for small checks and tests).
@@ -48,11 +51,8 @@ impl DeviceBuffer {
         bind(&self.ctx, self.ordinal)?;
         let mut out = vec![0u8; self.bytes];
         // SAFETY: `out` holds `bytes` bytes; the source is this allocation.
-        check(
-            unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, self.bytes) },
-            "cuMemcpyDtoH",
-            self.ordinal,
-        )?;
+        let status = unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, self.bytes) };
+        check(status, "cuMemcpyDtoH", self.ordinal)?;
         Ok(out)
     }
 }
@@ -87,18 +87,12 @@ impl PinnedBuffer {
         let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: writes the allocation's address into `host`.
-        check(
-            unsafe { sys::cuMemHostAlloc(&mut host, bytes.max(1), flags) },
-            "cuMemHostAlloc",
-            gpu.ordinal,
-        )?;
+        let status = unsafe { sys::cuMemHostAlloc(&mut host, bytes.max(1), flags) };
+        check(status, "cuMemHostAlloc", gpu.ordinal)?;
         let mut device: sys::CUdeviceptr = 0;
         // SAFETY: `host` is a mapped pinned allocation of this context.
-        check(
-            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) },
-            "cuMemHostGetDevicePointer",
-            gpu.ordinal,
-        )?;
+        let status = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+        check(status, "cuMemHostGetDevicePointer", gpu.ordinal)?;
         // SAFETY: `host` points to `bytes` writable bytes just allocated.
         unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes.max(1)) };
         Ok(Self {

@@ -115,11 +115,8 @@ impl Cuda {
         })?;
         let mut version = 0;
         // SAFETY: writes one int through a valid pointer.
-        check(
-            unsafe { sys::cuDriverGetVersion(&mut version) },
-            "cuDriverGetVersion",
-            0,
-        )?;
+        let status = unsafe { sys::cuDriverGetVersion(&mut version) };
+        check(status, "cuDriverGetVersion", 0)?;
         let count = result::device::get_count().map_err(|source| CudaError::Global {
             call: "cuDeviceGetCount",
             source,
@@ -162,11 +159,8 @@ fn pci_bus_id(dev: sys::CUdevice, ordinal: usize) -> Result<Bdf, CudaError> {
     let mut buf = [0 as std::ffi::c_char; 32];
     // SAFETY: the buffer is 32 bytes and its length is passed; the driver
     // writes a NUL-terminated string no longer than that.
-    check(
-        unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) },
-        "cuDeviceGetPCIBusId",
-        ordinal,
-    )?;
+    let status = unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) };
+    check(status, "cuDeviceGetPCIBusId", ordinal)?;
     // SAFETY: the driver NUL-terminated the string inside the buffer.
     let text = unsafe { CStr::from_ptr(buf.as_ptr()) }
         .to_string_lossy()

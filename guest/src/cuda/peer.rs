@@ -24,11 +24,9 @@ pub struct PeerAnswer {
 fn attribute(src: &Gpu, dst: &Gpu, attr: sys::CUdevice_P2PAttribute) -> Result<i32, CudaError> {
     let mut v = 0;
     // SAFETY: writes one int; both devices are valid handles.
-    check(
-        unsafe { sys::cuDeviceGetP2PAttribute(&mut v, attr, src.cu_device(), dst.cu_device()) },
-        "cuDeviceGetP2PAttribute",
-        src.ordinal,
-    )?;
+    let status =
+        unsafe { sys::cuDeviceGetP2PAttribute(&mut v, attr, src.cu_device(), dst.cu_device()) };
+    check(status, "cuDeviceGetP2PAttribute", src.ordinal)?;
     Ok(v)
 }
 
@@ -36,11 +34,8 @@ fn attribute(src: &Gpu, dst: &Gpu, attr: sys::CUdevice_P2PAttribute) -> Result<i
 pub fn query(src: &Gpu, dst: &Gpu) -> Result<PeerAnswer, CudaError> {
     let mut can = 0;
     // SAFETY: writes one int; both devices are valid handles.
-    check(
-        unsafe { sys::cuDeviceCanAccessPeer(&mut can, src.cu_device(), dst.cu_device()) },
-        "cuDeviceCanAccessPeer",
-        src.ordinal,
-    )?;
+    let status = unsafe { sys::cuDeviceCanAccessPeer(&mut can, src.cu_device(), dst.cu_device()) };
+    check(status, "cuDeviceCanAccessPeer", src.ordinal)?;
     use sys::CUdevice_P2PAttribute as A;
     Ok(PeerAnswer {
         src: src.ordinal,
