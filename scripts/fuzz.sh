@@ -14,7 +14,8 @@
 #   FUZZ_FIXTURES   directories searched for sysfs.tgz and unpacked sysfs/ trees
 #                   (default: tests/fixtures); every PCI function's config file
 #                   becomes a seed, whole and cut to 64 and 256 bytes
-#   FUZZ_FEATURES   cargo features of the fuzz crate, e.g. region-check
+#   FUZZ_FEATURES   extra cargo features of the fuzz crate (region-check, the rule that
+#                   bytes past a region never change a walker's result, is on by default)
 #   FUZZ_SANITIZER  cargo fuzz --sanitizer (default address; "none" is faster)
 #
 # The corpora (fuzz/corpus/<target>) and crashes (fuzz/artifacts/<target>) are

@@ -5,6 +5,7 @@
 
 pub mod nvlink;
 pub mod overlay;
+pub mod serve;
 pub mod snapshot;
 pub mod sysfs;
 pub mod vmm;

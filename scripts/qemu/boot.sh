@@ -3,7 +3,7 @@
 #
 #   scripts/qemu/boot.sh --qemu {7.2|10|PATH} --topology NAME --iommu {on|off} --initrd FILE
 #                        [--timeout SECS] [--log FILE] [--append "kernel args"]
-#                        [--extra "qemu args"]... [--print-cmd]
+#                        [--extra "qemu args"]... [--print-cmd] [--vfio-user-dir DIR]
 #   scripts/qemu/boot.sh --list-topologies
 #
 # The serial console (ttyS0) goes to stdout (and to --log FILE when given). Returns when the
@@ -17,6 +17,8 @@
 #   124  timeout (default 120 s); QEMU is killed
 #   130  boot.sh got SIGTERM/SIGINT/SIGHUP (QEMU is stopped too)
 # --extra words are split on whitespace (no quoting); pass --extra several times if needed.
+# --vfio-user-dir DIR: where the vfio-user-gpus topology finds its sockets, DIR/gpu0.sock ..
+#   DIR/gpu5.sock (p2p-host serve must be listening on them before QEMU starts).
 # Env: VP2P_IOMMU_OPTS (default "intremap=on,caching-mode=on"; caching-mode is what vfio and
 #      vfio-user devices behind a vIOMMU require), VP2P_SMP_THREADS (default: TCG default).
 # shellcheck disable=SC2054,SC2015,SC2317  # commas inside QEMU args; A && B || die; trap fn
@@ -130,10 +132,59 @@ topo_nested_switch() {
     gpu gpu4 rp1a
 }
 
-TOPOLOGIES="two-socket nested-switch"
+# vfio-user-gpus: six GPUs served over vfio-user (p2p-host serve, one socket each, in
+# --vfio-user-dir DIR), placed like two-socket. QEMU 10.1 or later (--qemu 10). Guest RAM is
+# memory-backend-memfd with share=on (the server is told about it with DMA_MAP and gets the
+# memfd), and there is no e1000e (-nodefaults leaves no NIC).
+#
+#   pxb0  (pci0000:20, numa_node 0)
+#   |- root port rp0a -> switch sw0 (x3130) -> downstream sw0dn0 -> gpu0  23:00.0
+#   |                                       `- downstream sw0dn1 -> gpu1  24:00.0
+#   `- root port rp0b -> gpu2                                              25:00.0
+#   pxb2  (pci0000:40, numa_node 0)
+#   `- root port rp2a -> gpu3                                              41:00.0
+#   pxb1  (pci0000:80, numa_node 1)
+#   `- root port rp1a -> switch sw1 -> downstream sw1dn0 -> gpu4           83:00.0
+#                                   `- downstream sw1dn1 -> gpu5           84:00.0
+#
+#          gpu0  gpu1  gpu2  gpu3  gpu4  gpu5
+#   gpu0    X    PIX   PHB   NODE  SYS   SYS
+#   gpu1   PIX    X    PHB   NODE  SYS   SYS
+#   gpu2   PHB   PHB    X    NODE  SYS   SYS
+#   gpu3   NODE  NODE  NODE   X    SYS   SYS
+#   gpu4   SYS   SYS   SYS   SYS    X    PIX
+#   gpu5   SYS   SYS   SYS   SYS   PIX    X
+topo_vfio_user_gpus() {
+    [ -n "$VFIO_USER_DIR" ] || { echo "error: topology vfio-user-gpus needs --vfio-user-dir DIR" >&2; exit 2; }
+    TOPO+=(-machine q35 -smp 2,sockets=2,cores=1,threads=1 -m 1G
+        -object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,nodeid=0,memdev=mem0
+        -object memory-backend-memfd,id=mem1,size=512M,share=on -numa node,nodeid=1,memdev=mem1
+        -numa cpu,node-id=0,socket-id=0 -numa cpu,node-id=1,socket-id=1
+        -device pxb-pcie,id=pxb0,bus=pcie.0,addr=0x10,bus_nr=0x20,numa_node=0
+        -device pcie-root-port,id=rp0a,bus=pxb0,addr=0x0,chassis=2,slot=0
+        -device x3130-upstream,id=sw0,bus=rp0a
+        -device xio3130-downstream,id=sw0dn0,bus=sw0,addr=0x0,chassis=3,slot=0
+        -device xio3130-downstream,id=sw0dn1,bus=sw0,addr=0x1,chassis=3,slot=1
+        -device pcie-root-port,id=rp0b,bus=pxb0,addr=0x1,chassis=4,slot=0
+        -device pxb-pcie,id=pxb2,bus=pcie.0,addr=0x11,bus_nr=0x40,numa_node=0
+        -device pcie-root-port,id=rp2a,bus=pxb2,addr=0x0,chassis=5,slot=0
+        -device pxb-pcie,id=pxb1,bus=pcie.0,addr=0x12,bus_nr=0x80,numa_node=1
+        -device pcie-root-port,id=rp1a,bus=pxb1,addr=0x0,chassis=6,slot=0
+        -device x3130-upstream,id=sw1,bus=rp1a
+        -device xio3130-downstream,id=sw1dn0,bus=sw1,addr=0x0,chassis=7,slot=0
+        -device xio3130-downstream,id=sw1dn1,bus=sw1,addr=0x1,chassis=7,slot=1)
+    local g bus
+    for g in gpu0:sw0dn0 gpu1:sw0dn1 gpu2:rp0b gpu3:rp2a gpu4:sw1dn0 gpu5:sw1dn1; do
+        bus="${g#*:}"; g="${g%%:*}"
+        # JSON syntax: "socket" is a SocketAddress struct, which the key=value syntax cannot set.
+        TOPO+=(-device "{\"driver\":\"vfio-user-pci\",\"id\":\"$g\",\"bus\":\"$bus\",\"socket\":{\"type\":\"unix\",\"path\":\"$VFIO_USER_DIR/$g.sock\"}}")
+    done
+}
+
+TOPOLOGIES="two-socket nested-switch vfio-user-gpus"
 
 # ----------------------------------------------------------------------------- arguments
-QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0
+QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0 VFIO_USER_DIR=""
 EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -146,6 +197,7 @@ while [ $# -gt 0 ]; do
         --append) APPEND="${2?}"; shift 2 ;;
         --extra) read -r -a w <<<"${2?}"; EXTRA+=(${w[@]+"${w[@]}"}); shift 2 ;;
         --print-cmd) PRINT=1; shift ;;
+        --vfio-user-dir) VFIO_USER_DIR="${2:?}"; shift 2 ;;
         --list-topologies) echo "$TOPOLOGIES"; exit 0 ;;
         -h|--help) usage ;;
         *) echo "error: unknown argument: $1" >&2; usage ;;
@@ -168,6 +220,7 @@ TOPO=()
 case "$TOPOLOGY" in
     two-socket) topo_two_socket ;;
     nested-switch) topo_nested_switch ;;
+    vfio-user-gpus) topo_vfio_user_gpus ;;
     *) echo "error: unknown topology '$TOPOLOGY' (known: $TOPOLOGIES)" >&2; exit 2 ;;
 esac
 

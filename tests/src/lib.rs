@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 pub mod ch_server;
+pub mod e2e;
 pub mod openapi;
 pub mod qemu;
 pub mod qemu_expect;

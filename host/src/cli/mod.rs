@@ -4,6 +4,7 @@ mod apply;
 mod inject;
 mod plan;
 mod select;
+mod serve;
 mod snapshot;
 mod topo;
 
@@ -32,6 +33,9 @@ enum Command {
     /// Write the virtual config space a guest would read: a captured config
     /// with the P2P capability placed in it, and say where it went.
     Inject(inject::InjectArgs),
+    /// Serve captured GPUs over vfio-user with the P2P capability in their
+    /// config space (QEMU -device vfio-user-pci, Cloud Hypervisor --user-device).
+    Serve(serve::ServeArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -41,5 +45,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(a) => plan::run(a),
         Command::Apply(a) => apply::run(a),
         Command::Inject(a) => inject::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }

@@ -1,15 +1,55 @@
 //! Reading one function's sysfs attributes, with errors that name the file.
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use super::scan::ScanError;
 
+/// Reads a small file, a sysfs attribute or its captured copy, in three system
+/// calls: open, read, close. (`fs::read` also asks for the size, which sysfs
+/// gives as 4096 whatever the attribute holds, and reads once more to see the
+/// end.) sysfs answers a read with the whole attribute, and a regular file with
+/// everything up to its end, so a read that leaves the buffer unfilled has
+/// reached the end; a full buffer is grown and read on.
+fn read_small(path: &Path, expect: usize) -> io::Result<Vec<u8>> {
+    let mut file = fs::File::open(path)?;
+    let mut buf = vec![0u8; expect + 1];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(2 * buf.len(), 0);
+        }
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// A text attribute: [`read_small`], then UTF-8 (as `fs::read_to_string`).
+fn read_text(path: &Path) -> io::Result<String> {
+    String::from_utf8(read_small(path, 128)?).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
 /// Reads a required attribute; a missing or unreadable file is an error naming it.
 pub(super) fn required(dir: &Path, name: &str) -> Result<String, ScanError> {
     let path = dir.join(name);
-    fs::read_to_string(&path)
+    read_text(&path)
         .map(|s| s.trim().to_string())
         .map_err(|e| ScanError::Attribute {
             path,
@@ -20,7 +60,7 @@ pub(super) fn required(dir: &Path, name: &str) -> Result<String, ScanError> {
 /// Reads an optional attribute: None when absent, an error when present but unreadable.
 pub(super) fn optional(dir: &Path, name: &str) -> Result<Option<String>, ScanError> {
     let path = dir.join(name);
-    match fs::read_to_string(&path) {
+    match read_text(&path) {
         Ok(s) => Ok(Some(s.trim().to_string())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         // Link attributes of functions without a link answer EINVAL or ENODEV.
@@ -93,7 +133,7 @@ pub(super) fn child_names(dir: &Path, sub: &str) -> Vec<String> {
 /// Reads `config`; it must exist and hold at least the 64-byte header.
 pub(super) fn config(dir: &Path) -> Result<Vec<u8>, ScanError> {
     let path: PathBuf = dir.join("config");
-    fs::read(&path).map_err(|e| ScanError::Attribute {
+    read_small(&path, p2p_shared::pci::CONFIG_EXTENDED_LEN).map_err(|e| ScanError::Attribute {
         path,
         why: e.to_string(),
     })

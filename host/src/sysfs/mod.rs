@@ -4,6 +4,7 @@
 //! scan at a fixture; nothing here writes anywhere.
 
 mod attrs;
+mod resolve;
 mod scan;
 
 pub use scan::{scan, ScanError, SysfsRoot};

@@ -11,6 +11,7 @@ use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, NumaNode, PciFunction
 use p2p_shared::Bdf;
 
 use super::attrs;
+use super::resolve::Resolver;
 
 /// Why a tree could not be scanned. Every variant names the offending path.
 #[derive(Debug, thiserror::Error)]
@@ -83,26 +84,37 @@ struct Located {
 }
 
 /// Scans every PCI function of the tree into a [`Topology`].
+///
+/// The functions are located and read on a few threads when there are many
+/// (each function costs a few dozen file reads); the result and the error
+/// reported, the first in `bus/pci/devices` order, are those of a serial scan.
 pub fn scan(root: &SysfsRoot) -> Result<Topology, ScanError> {
     let devices = root.path.join("bus/pci/devices");
     let entries = fs::read_dir(&devices).map_err(|e| ScanError::List {
         path: devices.clone(),
         why: e.to_string(),
     })?;
-    let mut located = Vec::new();
+    let mut links = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| ScanError::List {
             path: devices.clone(),
             why: e.to_string(),
         })?;
-        located.push(locate(root, &entry.path())?);
+        links.push(entry.path());
     }
+    let located = in_parallel(&links, Resolver::default, |resolver, link| {
+        locate(root, resolver, link)
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    let functions = in_parallel(&located, || (), |(), loc| read_function(loc))
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut topo = Topology::default();
     let mut bridges: BTreeMap<String, HostBridge> = BTreeMap::new();
     let mut truncated = Vec::new();
-    for loc in located {
-        let f = read_function(&loc)?;
+    for (loc, f) in located.iter().zip(functions) {
         if f.config_len < p2p_shared::pci::CONFIG_LEGACY_LEN {
             truncated.push(f.bdf);
         }
@@ -134,14 +146,56 @@ pub fn scan(root: &SysfsRoot) -> Result<Topology, ScanError> {
     Ok(topo)
 }
 
+/// Functions per thread below which a thread is not worth starting.
+const PER_THREAD: usize = 32;
+/// Threads at most: beyond this the kernel's path lookups contend.
+const MAX_THREADS: usize = 8;
+
+/// `f` applied to every item, in order, on up to [`MAX_THREADS`] threads, each
+/// with its own `state`.
+fn in_parallel<T: Sync, S, R: Send>(
+    items: &[T],
+    state: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &T) -> R + Sync,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS)
+        .min(items.len().div_ceil(PER_THREAD))
+        .max(1);
+    if threads == 1 {
+        let mut s = state();
+        return items.iter().map(|t| f(&mut s, t)).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| {
+                let (state, f) = (&state, &f);
+                scope.spawn(move || {
+                    let mut s = state();
+                    part.iter().map(|t| f(&mut s, t)).collect::<Vec<R>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// Follows a `bus/pci/devices` link to its real directory and reads the path.
-fn locate(root: &SysfsRoot, link: &Path) -> Result<Located, ScanError> {
-    let real = fs::canonicalize(link).map_err(|_| ScanError::DanglingLink {
-        path: link.to_path_buf(),
-        target: fs::read_link(link)
-            .map(|t| t.display().to_string())
-            .unwrap_or_else(|e| format!("<unreadable: {e}>")),
-    })?;
+fn locate(root: &SysfsRoot, resolver: &mut Resolver, link: &Path) -> Result<Located, ScanError> {
+    let real = resolver
+        .canonicalize(link)
+        .map_err(|_| ScanError::DanglingLink {
+            path: link.to_path_buf(),
+            target: fs::read_link(link)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|e| format!("<unreadable: {e}>")),
+        })?;
     let rel = real
         .strip_prefix(&root.path)
         .map_err(|_| ScanError::OutsideTree {

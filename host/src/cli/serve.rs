@@ -1,0 +1,197 @@
+//! `p2p-host serve`: vfio-user servers presenting captured GPUs with the P2P
+//! clique capability, one socket (and thread set) per GPU.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use p2p_host::overlay::{OverlayOptions, PlacementAction};
+use p2p_host::serve::{
+    self, human_size, parse_bar_size, BarKind, CaptureFiles, CapturedGpu, GpuBackend, GpuSpec,
+    IrqIndex, ServeError, ServeEvent, ServeHandle, ServedGpu,
+};
+use p2p_shared::Clique;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A GPU to serve (repeat for several, one socket each):
+    /// socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia].
+    /// config is a captured config space (sysfs `config` read as root); BAR
+    /// sizes come from the sysfs `resource` file next to it unless resource=
+    /// names one; max-bar=SIZE (e.g. 256M) serves larger memory BARs at SIZE.
+    #[arg(long = "gpu", value_name = "SPEC")]
+    gpus: Vec<GpuSpec>,
+    /// One GPU, short form: its socket (with --config and --clique).
+    #[arg(long, value_name = "PATH", conflicts_with = "gpus", requires_all = ["config", "clique"])]
+    socket: Option<PathBuf>,
+    /// Short form: the captured config space.
+    #[arg(long, value_name = "FILE", requires = "socket")]
+    config: Option<PathBuf>,
+    /// Short form: the clique id, 0..=15.
+    #[arg(long, value_name = "N", requires = "socket")]
+    clique: Option<u8>,
+    /// Short form: the sysfs `resource` file with the BAR sizes.
+    #[arg(long, value_name = "FILE", requires = "socket")]
+    resource: Option<PathBuf>,
+    /// Short form: serve memory BARs larger than SIZE at SIZE.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bar_size, requires = "socket")]
+    max_bar: Option<u64>,
+    /// Short form: accept a function that is not an NVIDIA display controller.
+    #[arg(long, requires = "socket")]
+    allow_non_nvidia: bool,
+    /// Also print routine events: DMA maps and unmaps, resets.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+impl ServeArgs {
+    fn specs(&self) -> anyhow::Result<Vec<GpuSpec>> {
+        let mut specs = self.gpus.clone();
+        if let (Some(socket), Some(config), Some(clique)) =
+            (&self.socket, &self.config, self.clique)
+        {
+            specs.push(GpuSpec {
+                socket: socket.clone(),
+                config: config.clone(),
+                clique: Clique::new(clique).context("--clique")?,
+                resource: self.resource.clone(),
+                max_bar: self.max_bar,
+                allow_non_nvidia: self.allow_non_nvidia,
+            });
+        }
+        if specs.is_empty() {
+            bail!("nothing to serve: give --gpu socket=PATH,config=FILE,clique=N (or --socket, --config, --clique)");
+        }
+        for (i, a) in specs.iter().enumerate() {
+            if specs[..i].iter().any(|b| b.socket == a.socket) {
+                return Err(ServeError::DuplicateSocket {
+                    path: a.socket.clone(),
+                }
+                .into());
+            }
+        }
+        Ok(specs)
+    }
+}
+
+/// Opens the capture, places the capability, and says what it serves.
+fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>> {
+    let files = CaptureFiles {
+        config: spec.config.clone(),
+        resource: spec.resource.clone(),
+    };
+    let (gpu, scaled) = CapturedGpu::open(&files, spec.max_bar)
+        .with_context(|| format!("{name}: {}", spec.config.display()))?;
+    for s in &scaled {
+        eprintln!(
+            "p2p-host serve: {name}: max-bar={}: {s}; the guest sees the smaller BAR",
+            human_size(spec.max_bar.unwrap_or(0))
+        );
+    }
+    let options = OverlayOptions {
+        allow_non_nvidia: spec.allow_non_nvidia,
+    };
+    let served = ServedGpu::new(gpu, spec.clique, options)
+        .with_context(|| format!("{name}: {}", spec.config.display()))?;
+    eprint!("{}", describe(name, spec, &served));
+    Ok(served)
+}
+
+fn describe(name: &str, spec: &GpuSpec, gpu: &ServedGpu<CapturedGpu>) -> String {
+    let mut s = String::new();
+    let mut id = [0u8; 4];
+    let _ = gpu.config_read(0, &mut id);
+    let _ = writeln!(
+        s,
+        "p2p-host serve: {name}: {} ({:04x}:{:04x}), clique {}, socket {}",
+        spec.config.display(),
+        u16::from_le_bytes([id[0], id[1]]),
+        u16::from_le_bytes([id[2], id[3]]),
+        spec.clique,
+        spec.socket.display()
+    );
+    let p = gpu.placement();
+    let hex: Vec<String> = p.capability.iter().map(|b| format!("{b:02x}")).collect();
+    let how = match (p.action, p.linked_after) {
+        (PlacementAction::AlreadyPresent, _) => "already present, served unchanged".to_string(),
+        (_, Some(l)) => format!(
+            "after capability {:#04x} at {:#04x} (next pointer {:#04x}: {:#04x} -> {:#04x})",
+            l.id, l.offset, l.next.offset, l.next.old, l.next.new
+        ),
+        (_, None) => "first in the list (0x34 points to it)".to_string(),
+    };
+    let _ = writeln!(
+        s,
+        "  capability at {:#04x} [{}], {how}",
+        p.offset,
+        hex.join(" ")
+    );
+    let bars: Vec<String> = gpu
+        .backend()
+        .bars()
+        .bars()
+        .iter()
+        .map(|b| {
+            let kind = match b.kind {
+                BarKind::Io => "I/O",
+                BarKind::Mem32 => "32-bit",
+                BarKind::Mem64 => "64-bit",
+            };
+            let pf = if b.prefetchable { " prefetchable" } else { "" };
+            let scaled = if b.size != b.captured_size {
+                format!(" (captured {})", human_size(b.captured_size))
+            } else {
+                String::new()
+            };
+            format!("BAR{} {} {kind}{pf}{scaled}", b.index, human_size(b.size))
+        })
+        .collect();
+    let _ = writeln!(s, "  {}; no ROM", bars.join(", "));
+    let irqs: Vec<String> = IrqIndex::ALL
+        .iter()
+        .map(|&i| format!("{} {}", i.label(), gpu.backend().irq_info(i).count))
+        .collect();
+    let _ = writeln!(s, "  interrupts: {}", irqs.join(", "));
+    s
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let specs = args.specs()?;
+    let mut prepared = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        prepared.push(prepare(&format!("gpu{i}"), spec)?);
+    }
+    let mut handles: Vec<ServeHandle> = Vec::new();
+    for (i, (spec, gpu)) in specs.iter().zip(prepared).enumerate() {
+        let name = format!("gpu{i}");
+        let label = name.clone();
+        let verbose = args.verbose;
+        let sink: serve::EventSink = Arc::new(move |e: ServeEvent| {
+            if verbose || !e.is_routine() {
+                // Not eprintln!: it panics when stderr is gone, and this runs
+                // on the server's threads.
+                let _ = writeln!(std::io::stderr(), "p2p-host serve: {label}: {e}");
+            }
+        });
+        let handle = serve::start(gpu, &spec.socket, sink)
+            .with_context(|| format!("{name}: serving on {}", spec.socket.display()))?;
+        handles.push(handle);
+    }
+    eprintln!(
+        "p2p-host serve: ready: {} GPU(s) listening ({}); one client per socket, a second one is \
+         refused with EBUSY",
+        handles.len(),
+        handles
+            .iter()
+            .map(|h| h.socket().display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for h in handles {
+        h.wait();
+    }
+    Ok(())
+}

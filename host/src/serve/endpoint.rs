@@ -1,0 +1,369 @@
+//! A served GPU's socket and threads.
+//!
+//! - The socket is created with mode 0600 (bound in a private 0700 staging
+//!   directory, then linked into place, so it is never reachable with looser
+//!   permissions). A stale socket (nobody listening) is removed first; a live
+//!   one, or a path that is not a socket, is refused.
+//! - One client at a time: while one is served, another is refused. Its first
+//!   message (waited for up to a second) is answered with EBUSY and the
+//!   connection is closed, so a VMM fails at once with a clear error instead
+//!   of hanging.
+//! - Threads: the listener thread accepts; a session thread per client frames
+//!   and checks messages ([`super::session`]); the protocol thread runs
+//!   `vfio_user::Server`. For each client the listener creates a private
+//!   listening socket (bound in a fresh 0700 directory, connected to at once,
+//!   then unlinked: nothing else can reach it and no file outlives the setup),
+//!   keeps the connection for the session and hands the listener to the
+//!   protocol thread. Between clients the device is reset.
+
+use std::fs::{self, DirBuilder};
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::backend::GpuBackend;
+use super::device::ServedGpu;
+use super::error::ServeError;
+use super::events::{EventSink, ServeEvent};
+use super::session;
+use super::wire::{Header, HEADER_LEN};
+
+/// How long a refused client gets to send its first message.
+const REFUSE_WAIT: Duration = Duration::from_secs(1);
+
+static UNIQUE: AtomicU32 = AtomicU32::new(0);
+
+/// A GPU being served; dropping it stops the server and removes the socket.
+#[derive(Debug)]
+pub struct ServeHandle {
+    socket: PathBuf,
+    inode: (u64, u64),
+    stop: Arc<AtomicBool>,
+    session: Arc<Mutex<Option<UnixStream>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn socket_err(path: &Path) -> impl FnOnce(io::Error) -> ServeError + '_ {
+    move |source| ServeError::Socket {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A fresh 0700 directory `<parent>/<prefix><pid>-<n>`.
+fn private_dir(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
+    loop {
+        let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
+        let dir = parent.join(format!("{prefix}{}-{n}", std::process::id()));
+        match DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Binds `path` with mode 0600; see the module docs.
+pub fn bind_socket(path: &Path) -> Result<(UnixListener, (u64, u64)), ServeError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
+            Ok(_) => return Err(ServeError::SocketInUse { path: path.into() }),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                fs::remove_file(path).map_err(socket_err(path))?;
+            }
+            Err(e) => return Err(socket_err(path)(e)),
+        },
+        Ok(_) => return Err(ServeError::NotASocket { path: path.into() }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(socket_err(path)(e)),
+    }
+    let parent = socket_parent(path);
+    let staging = private_dir(&parent, ".vp2p").map_err(socket_err(path))?;
+    let staged = staging.join("s");
+    let result = (|| {
+        let listener = UnixListener::bind(&staged)?;
+        fs::set_permissions(&staged, fs::Permissions::from_mode(0o600))?;
+        // A hard link fails if the path appeared meanwhile: nothing is replaced.
+        fs::hard_link(&staged, path)?;
+        let m = fs::symlink_metadata(path)?;
+        Ok((listener, (m.dev(), m.ino())))
+    })();
+    let _ = fs::remove_file(&staged);
+    let _ = fs::remove_dir(&staging);
+    result.map_err(socket_err(path))
+}
+
+/// Starts serving `gpu` on `socket`; events go to `events`.
+pub fn start<B: GpuBackend + 'static>(
+    mut gpu: ServedGpu<B>,
+    socket: &Path,
+    events: EventSink,
+) -> Result<ServeHandle, ServeError> {
+    gpu.set_events(events.clone());
+    let (listener, inode) = bind_socket(socket)?;
+    let shape = gpu.shape();
+    let stop = Arc::new(AtomicBool::new(false));
+    let session_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
+    let (to_protocol, listeners) = mpsc::channel::<UnixListener>();
+    let parent = socket_parent(socket);
+
+    let protocol = {
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name("vp2p-protocol".into())
+            .spawn(move || protocol_loop(listeners, gpu, &events))
+            .map_err(socket_err(socket))?
+    };
+    let accept = {
+        let stop = stop.clone();
+        let slot = session_slot.clone();
+        std::thread::Builder::new()
+            .name("vp2p-listener".into())
+            .spawn(move || {
+                let sessions = Sessions {
+                    parent,
+                    shape,
+                    to_protocol,
+                    slot,
+                    events,
+                };
+                accept_loop(listener, &sessions, &stop)
+            })
+            .map_err(socket_err(socket))?
+    };
+    Ok(ServeHandle {
+        socket: socket.to_path_buf(),
+        inode,
+        stop,
+        session: session_slot,
+        threads: vec![accept, protocol],
+    })
+}
+
+fn socket_parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A listening socket only this process can reach, and a connection to it.
+fn private_pair(parent: &Path) -> io::Result<(UnixListener, UnixStream)> {
+    let dir = private_dir(parent, ".vp2p")?;
+    let path = dir.join("p");
+    let pair = UnixListener::bind(&path).and_then(|l| Ok((l, UnixStream::connect(&path)?)));
+    let _ = fs::remove_file(&path);
+    let _ = fs::remove_dir(&dir);
+    pair
+}
+
+/// Serves one client per listener it is handed, resetting the device after each.
+fn protocol_loop<B: GpuBackend>(
+    listeners: mpsc::Receiver<UnixListener>,
+    mut gpu: ServedGpu<B>,
+    events: &EventSink,
+) {
+    let (irqs, regions) = (gpu.server_irqs(), gpu.server_regions());
+    for listener in listeners {
+        let server = vfio_user::Server::from_owned_fd(
+            OwnedFd::from(listener),
+            true,
+            irqs.clone(),
+            regions.clone(),
+        );
+        let run = catch_unwind(AssertUnwindSafe(|| server.run(&mut gpu)));
+        match run {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => events(ServeEvent::Internal {
+                why: format!("vfio-user server: {e}"),
+            }),
+            Err(_) => events(ServeEvent::Internal {
+                why: "vfio-user server panicked; the device is reset".into(),
+            }),
+        }
+        if let Err(e) = gpu.reset() {
+            events(ServeEvent::Internal {
+                why: format!("reset between clients: {e}"),
+            });
+        }
+    }
+}
+
+/// What the listener thread needs to start a session.
+struct Sessions {
+    parent: PathBuf,
+    shape: super::device::DeviceShape,
+    to_protocol: mpsc::Sender<UnixListener>,
+    slot: Arc<Mutex<Option<UnixStream>>>,
+    events: EventSink,
+}
+
+fn accept_loop(listener: UnixListener, sessions: &Sessions, stop: &AtomicBool) {
+    let events = &sessions.events;
+    let busy = Arc::new(AtomicBool::new(false));
+    let mut session: Option<JoinHandle<()>> = None;
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let client = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                events(ServeEvent::Internal {
+                    why: format!("accept: {e}"),
+                });
+                continue;
+            }
+        };
+        if busy.load(Ordering::SeqCst) {
+            refuse(client);
+            events(ServeEvent::Refused);
+            continue;
+        }
+        if let Some(previous) = session.take() {
+            let _ = previous.join();
+        }
+        let server = match private_pair(&sessions.parent) {
+            Ok((listener, stream)) => {
+                if sessions.to_protocol.send(listener).is_err() {
+                    events(ServeEvent::Internal {
+                        why: "the protocol thread is gone".into(),
+                    });
+                    break;
+                }
+                stream
+            }
+            Err(e) => {
+                events(ServeEvent::Internal {
+                    why: format!("creating the protocol connection: {e}"),
+                });
+                let busy_reply = Header {
+                    command: super::wire::cmd::VERSION,
+                    ..Header::default()
+                }
+                .error_reply(libc::EIO);
+                let _ = (&client).write_all(&busy_reply.encode());
+                continue;
+            }
+        };
+        busy.store(true, Ordering::SeqCst);
+        if let (Ok(mut s), Ok(clone)) = (sessions.slot.lock(), client.try_clone()) {
+            *s = Some(clone);
+        }
+        let free = SessionEnd {
+            busy: busy.clone(),
+            slot: sessions.slot.clone(),
+        };
+        let (shape, s_events) = (sessions.shape, events.clone());
+        let spawned = std::thread::Builder::new()
+            .name("vp2p-session".into())
+            .spawn(move || {
+                // `free` marks the socket free for the next client even if the session panics.
+                s_events(ServeEvent::Connected);
+                let messages = session::run(&client, server, &shape, &s_events);
+                drop(free);
+                s_events(ServeEvent::Disconnected { messages });
+            });
+        match spawned {
+            Ok(h) => session = Some(h),
+            Err(e) => events(ServeEvent::Internal {
+                why: format!("starting a session thread: {e}"),
+            }),
+        }
+    }
+    if let Some(s) = session {
+        let _ = s.join();
+    }
+}
+
+/// Marks the socket free again when a session thread ends, however it ends.
+struct SessionEnd {
+    busy: Arc<AtomicBool>,
+    slot: Arc<Mutex<Option<UnixStream>>>,
+}
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.slot.lock() {
+            *s = None;
+        }
+        self.busy.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Answers the first message of a client that came while another is served
+/// with EBUSY, then closes. The message is read whole first (up to the size
+/// limit), so closing does not reset the connection under the reply.
+fn refuse(mut client: UnixStream) {
+    let _ = client.set_read_timeout(Some(REFUSE_WAIT));
+    let mut raw = [0u8; HEADER_LEN];
+    let header = match client.read_exact(&mut raw) {
+        Ok(()) => {
+            let h = Header::parse(&raw);
+            let body =
+                u64::from(h.size.min(super::wire::MAX_MESSAGE)).saturating_sub(HEADER_LEN as u64);
+            let _ = io::copy(&mut (&client).take(body), &mut io::sink());
+            h
+        }
+        Err(_) => Header {
+            command: super::wire::cmd::VERSION,
+            ..Header::default()
+        },
+    };
+    let _ = client.write_all(&header.error_reply(libc::EBUSY).encode());
+    let _ = client.shutdown(std::net::Shutdown::Write);
+}
+
+impl ServeHandle {
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Blocks until the server stops (it runs until [`ServeHandle::shutdown`]).
+    pub fn wait(mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Stops the server: disconnects the client, ends the threads, removes the socket.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        if let Ok(mut s) = self.session.lock() {
+            if let Some(c) = s.take() {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        // Wake the listener with a throwaway connection; when it ends, the
+        // protocol thread's channel closes and it ends too.
+        let _ = UnixStream::connect(&self.socket);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if let Ok(m) = fs::symlink_metadata(&self.socket) {
+            if (m.dev(), m.ino()) == self.inode {
+                let _ = fs::remove_file(&self.socket);
+            }
+        }
+    }
+}
+
+impl Drop for ServeHandle {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}

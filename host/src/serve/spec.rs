@@ -1,0 +1,193 @@
+//! `--gpu socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia]`.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use p2p_shared::Clique;
+
+use super::error::SpecError;
+
+/// One GPU to serve: where, what, with which clique.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSpec {
+    /// The vfio-user socket to create.
+    pub socket: PathBuf,
+    /// A captured config space (sysfs `config`, 256 or 4096 bytes).
+    pub config: PathBuf,
+    pub clique: Clique,
+    /// The sysfs `resource` file with the BAR sizes; default: `resource` next to `config`.
+    pub resource: Option<PathBuf>,
+    /// Scale every memory BAR larger than this down to it (a power of two).
+    pub max_bar: Option<u64>,
+    /// Accept a function that is not an NVIDIA display controller.
+    pub allow_non_nvidia: bool,
+}
+
+/// Smallest `max-bar`: one page.
+pub const MIN_MAX_BAR: u64 = 4096;
+
+impl FromStr for GpuSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let mut socket = None;
+        let mut config = None;
+        let mut clique = None;
+        let mut resource = None;
+        let mut max_bar = None;
+        let mut allow_non_nvidia = false;
+        let mut seen: Vec<&str> = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (key, val) = match item.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None if item == "allow-non-nvidia" => (item, None),
+                None => return Err(SpecError::NotKeyValue(item.to_string())),
+            };
+            if seen.contains(&key) {
+                return Err(SpecError::Duplicate(key.to_string()));
+            }
+            seen.push(key);
+            let need = || {
+                val.filter(|v| !v.is_empty())
+                    .ok_or_else(|| SpecError::NotKeyValue(item.to_string()))
+            };
+            match key {
+                "socket" => socket = Some(PathBuf::from(need()?)),
+                "config" => config = Some(PathBuf::from(need()?)),
+                "resource" => resource = Some(PathBuf::from(need()?)),
+                "clique" => clique = Some(parse_clique(need()?)?),
+                "max-bar" => max_bar = Some(parse_bar_size(need()?)?),
+                "allow-non-nvidia" => {
+                    allow_non_nvidia = match val {
+                        None | Some("true" | "on" | "yes" | "1") => true,
+                        Some("false" | "off" | "no" | "0") => false,
+                        Some(_) => return Err(SpecError::NotKeyValue(item.to_string())),
+                    }
+                }
+                other => return Err(SpecError::UnknownKey(other.to_string())),
+            }
+        }
+        Ok(GpuSpec {
+            socket: socket.ok_or(SpecError::Missing("socket"))?,
+            config: config.ok_or(SpecError::Missing("config"))?,
+            clique: clique.ok_or(SpecError::Missing("clique"))?,
+            resource,
+            max_bar,
+            allow_non_nvidia,
+        })
+    }
+}
+
+/// A clique id, 0..=15.
+pub fn parse_clique(s: &str) -> Result<Clique, SpecError> {
+    s.parse::<u8>()
+        .ok()
+        .and_then(|n| Clique::new(n).ok())
+        .ok_or_else(|| SpecError::BadClique(s.to_string()))
+}
+
+/// A BAR size: decimal or 0x hex bytes, or a number with K, M, G or T
+/// (binary units, an optional "iB" or "B"). It must be a power of two of at
+/// least [`MIN_MAX_BAR`].
+pub fn parse_bar_size(s: &str) -> Result<u64, SpecError> {
+    let bad = || SpecError::BadSize(s.to_string());
+    let t = s.trim();
+    let bytes = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16).map_err(|_| bad())?
+    } else {
+        let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(digits_end);
+        let num: u64 = num.parse().map_err(|_| bad())?;
+        let unit = unit.trim();
+        let unit = unit
+            .strip_suffix("iB")
+            .or_else(|| unit.strip_suffix('B'))
+            .unwrap_or(unit);
+        let shift = match unit {
+            "" => 0,
+            "K" | "k" => 10,
+            "M" | "m" => 20,
+            "G" | "g" => 30,
+            "T" | "t" => 40,
+            _ => return Err(bad()),
+        };
+        num.checked_mul(1u64 << shift).ok_or_else(bad)?
+    };
+    if bytes < MIN_MAX_BAR || !bytes.is_power_of_two() {
+        return Err(bad());
+    }
+    Ok(bytes)
+}
+
+/// `bytes` as "256 MiB", "16 MiB", "256 GiB" (exact powers of two) or a byte count.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [(&str, u32); 5] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10), ("B", 0)];
+    for (unit, shift) in UNITS {
+        let scale = 1u64 << shift;
+        if bytes >= scale && bytes % scale == 0 {
+            return format!("{} {unit}", bytes / scale);
+        }
+    }
+    format!("{bytes} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_spec() {
+        let s: GpuSpec = "socket=/tmp/g0.sock,config=/c/config,clique=3,resource=/c/resource,max-bar=256M,allow-non-nvidia"
+            .parse()
+            .unwrap();
+        assert_eq!(s.socket, PathBuf::from("/tmp/g0.sock"));
+        assert_eq!(s.clique.id(), 3);
+        assert_eq!(s.resource, Some(PathBuf::from("/c/resource")));
+        assert_eq!(s.max_bar, Some(256 << 20));
+        assert!(s.allow_non_nvidia);
+    }
+
+    #[test]
+    fn refuses_bad_specs() {
+        let err = |s: &str| s.parse::<GpuSpec>().unwrap_err();
+        assert_eq!(err("config=c,clique=1"), SpecError::Missing("socket"));
+        assert_eq!(
+            err("socket=s,config=c,clique=16"),
+            SpecError::BadClique("16".into())
+        );
+        assert_eq!(
+            err("socket=s,config=c,clique=1,clique=2"),
+            SpecError::Duplicate("clique".into())
+        );
+        assert_eq!(
+            err("socket=s,config=c,clique=1,speed=9"),
+            SpecError::UnknownKey("speed".into())
+        );
+        assert_eq!(
+            err("socket=s,config=c,clique=1,max-bar=3M"),
+            SpecError::BadSize("3M".into())
+        );
+        assert_eq!(
+            err("socket=s,config,clique=1"),
+            SpecError::NotKeyValue("config".into())
+        );
+        assert_eq!(
+            err("socket=,config=c,clique=1"),
+            SpecError::NotKeyValue("socket=".into())
+        );
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bar_size("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_bar_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_bar_size("0x10000000").unwrap(), 256 << 20);
+        assert_eq!(parse_bar_size("4096").unwrap(), 4096);
+        assert!(parse_bar_size("2048").is_err());
+        assert!(parse_bar_size("99999999999T").is_err());
+        assert!(parse_bar_size("12Q").is_err());
+        assert_eq!(human_size(256 << 30), "256 GiB");
+        assert_eq!(human_size(16 << 20), "16 MiB");
+        assert_eq!(human_size(4097), "4097 B");
+    }
+}
