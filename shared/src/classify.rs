@@ -285,7 +285,7 @@ fn meet_route(topo: &Topology, meet: Bdf, ingress: [Option<Bdf>; 2]) -> PeerRout
         match &f.acs {
             AcsState::Present(acs) if acs.control.request_redirect => redirected_by.push(port),
             AcsState::Present(_) | AcsState::Absent => {}
-            AcsState::Unknown { .. } => unknown.push(port),
+            AcsState::Unknown { .. } | AcsState::NotRead => unknown.push(port),
         }
     }
     if !redirected_by.is_empty() {

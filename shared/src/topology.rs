@@ -32,6 +32,10 @@ pub enum AcsState {
     Unknown {
         why: String,
     },
+    /// Not read: an endpoint's extended config space is skipped, because ACS
+    /// decides routing only on the ports peer traffic crosses, and reading 4 KiB
+    /// of config per function is slow on a live host.
+    NotRead,
 }
 
 /// Link attributes as sysfs reports them (strings such as "32.0 GT/s PCIe").
@@ -67,7 +71,9 @@ pub struct PciFunction {
     pub cpu_affinity: Option<String>,
     pub driver: Option<String>,
     pub link: LinkInfo,
-    /// Bytes of config space that could be read (64 for non-root readers).
+    /// Bytes of config space read: 256 for endpoints, up to 4096 for bridges
+    /// (whose extended space holds ACS), fewer when the kernel truncated the
+    /// read (64 for non-root readers).
     pub config_len: usize,
     /// Network or RDMA interface names below the function (`net/`, `infiniband/`).
     pub interfaces: Vec<String>,

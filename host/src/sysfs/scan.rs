@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use p2p_shared::pci::{ConfigSpace, PciePortType};
+use p2p_shared::pci::{ConfigSpace, PciePortType, CONFIG_EXTENDED_LEN, CONFIG_LEGACY_LEN};
 use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, NumaNode, PciFunction, Topology};
 use p2p_shared::Bdf;
 
@@ -274,7 +274,13 @@ fn read_function(loc: &Located) -> Result<PciFunction, ScanError> {
     let vendor = attrs::required_hex(dir, "vendor")? as u16;
     let device = attrs::required_hex(dir, "device")? as u16;
     let class = attrs::required_hex(dir, "class")?;
-    let raw = attrs::config(dir)?;
+    // The first 256 bytes for everyone; the 4 KiB extended space (ACS) only
+    // for bridges: reading it costs a kernel trip per dword on a live host.
+    let mut raw = attrs::config(dir, CONFIG_LEGACY_LEN)?;
+    let bridge_header = raw.get(0x0e).is_some_and(|h| h & 0x7f == 1);
+    if bridge_header && raw.len() == CONFIG_LEGACY_LEN {
+        raw = attrs::config(dir, CONFIG_EXTENDED_LEN)?;
+    }
     let cfg = ConfigSpace::new(&raw).map_err(|e| match e {
         p2p_shared::pci::ConfigError::ShorterThanHeader(len) => ScanError::TruncatedConfig {
             path: dir.join("config"),
@@ -335,7 +341,9 @@ fn port_and_acs(cfg: &ConfigSpace<'_>, dir: &Path) -> (Option<PciePortType>, Acs
         }
     };
     if !cfg.has_extended_space() {
-        let acs = if port.is_some() {
+        let acs = if cfg.header_type() != 1 && cfg.len() == CONFIG_LEGACY_LEN {
+            AcsState::NotRead // endpoints: only the first 256 bytes are read
+        } else if port.is_some() {
             AcsState::Unknown {
                 why: format!(
                     "{}: only {} bytes readable; ACS lives in the extended space",

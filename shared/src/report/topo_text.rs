@@ -178,6 +178,7 @@ fn describe_acs(a: &AcsState) -> String {
     match a {
         AcsState::Absent => "no ACS capability".into(),
         AcsState::Unknown { why } => format!("unknown: {why}"),
+        AcsState::NotRead => "not read (endpoint)".into(),
         AcsState::Present(acs) => {
             format!("{} ({})", acs.control.describe(), acs.capability.describe())
         }
