@@ -1,7 +1,7 @@
 //! GPU tests: they need a VM with two or more NVIDIA GPUs and the driver, so
 //! `cargo test` lists them as ignored. Run them on such a machine with
-//! `bash scripts/gpu-tests.sh` (builds this test binary and p2p-guest here,
-//! then on the GPU VM: `P2P_GUEST_BIN=./p2p-guest ./gpu-<hash> --ignored`),
+//! `bash scripts/gpu.sh build` (builds this test binary and p2p-guest here),
+//! then `bash scripts/gpu.sh run` on the GPU VM (it runs `P2P_GUEST_BIN=./p2p-guest ./gpu-tests --ignored`),
 //! or directly there with `cargo test -p p2p-guest --test gpu -- --ignored`.
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WHY: &str = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu-tests.sh on a GPU VM";
+const WHY: &str = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu.sh build here, then scripts/gpu.sh run on a GPU VM";
 
 fn bin() -> PathBuf {
     std::env::var_os("P2P_GUEST_BIN")
@@ -31,7 +31,7 @@ fn run_json(args: &[&str]) -> Value {
 }
 
 #[test]
-#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu-tests.sh on a GPU VM"]
+#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu.sh build here, then scripts/gpu.sh run on a GPU VM"]
 fn probe_sees_every_gpu_and_cuda_agrees_with_the_decision() {
     let _ = WHY;
     let v = run_json(&["probe", "--json"]);
@@ -64,7 +64,7 @@ fn probe_sees_every_gpu_and_cuda_agrees_with_the_decision() {
 }
 
 #[test]
-#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu-tests.sh on a GPU VM"]
+#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu.sh build here, then scripts/gpu.sh run on a GPU VM"]
 fn bench_measures_verifies_and_orders_the_paths() {
     let v = run_json(&[
         "bench",
@@ -121,7 +121,7 @@ fn bench_measures_verifies_and_orders_the_paths() {
 }
 
 #[test]
-#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu-tests.sh on a GPU VM"]
+#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu.sh build here, then scripts/gpu.sh run on a GPU VM"]
 fn compare_of_p2p_and_forced_staging_shows_the_gap() {
     let dir = std::env::temp_dir().join(format!("p2p-gpu-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
