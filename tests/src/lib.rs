@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 pub mod ch_server;
 pub mod e2e;
+pub mod emitted;
 pub mod openapi;
 pub mod qemu;
 pub mod qemu_expect;

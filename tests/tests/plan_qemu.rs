@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 
 use p2p_shared::report::PlanReport;
 use p2p_shared::{Bdf, PathClass};
-use p2p_tests::qemu_expect::{self, Expect};
+use p2p_tests::emitted::{blocks, parse_cloud_hypervisor, parse_libvirt, parse_qemu, planned};
+use p2p_tests::qemu_expect::{self, expected_cliques, Expect};
 use p2p_tests::{fixture_dir, repo_root, run};
 
 const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
@@ -34,49 +35,6 @@ const LEVELS: [(&str, PathClass); 5] = [
     ("node", PathClass::Node),
     ("sys", PathClass::Sys),
 ];
-
-/// The cliques the policy gives every GPU of a topology at each level, by QEMU
-/// id, written from the diagrams in boot.sh. `derived_partition` recomputes them
-/// from the pair classes of `qemu_expect`, and the two must agree.
-fn expected_cliques(topology: &str, level: PathClass) -> Vec<Vec<&'static str>> {
-    use PathClass::*;
-    match (topology, level) {
-        // gpu0/gpu1 under switch sw0 (PIX), gpu2 on the other root port of pxb0
-        // (PHB), gpu3 alone on pxb2 (node 0: NODE), gpu4/gpu5 under sw1 on node 1,
-        // gpu6 on pcie.0 whose node is unknown (SYS to everything).
-        ("two-socket", Pix | Pxb) => vec![
-            vec!["gpu0", "gpu1"],
-            vec!["gpu2"],
-            vec!["gpu3"],
-            vec!["gpu4", "gpu5"],
-            vec!["gpu6"],
-        ],
-        ("two-socket", Phb) => vec![
-            vec!["gpu0", "gpu1", "gpu2"],
-            vec!["gpu3"],
-            vec!["gpu4", "gpu5"],
-            vec!["gpu6"],
-        ],
-        ("two-socket", Node) => vec![
-            vec!["gpu0", "gpu1", "gpu2", "gpu3"],
-            vec!["gpu4", "gpu5"],
-            vec!["gpu6"],
-        ],
-        ("two-socket", Sys) => vec![vec!["gpu0", "gpu1", "gpu2", "gpu3", "gpu4", "gpu5", "gpu6"]],
-        // gpu0/gpu1 under switch B (PIX), gpu2 under switch A above it (PXB),
-        // gpu3 on the other root port of pxb0 (PHB), gpu4 on node 1 (SYS).
-        ("nested-switch", Pix) => vec![
-            vec!["gpu0", "gpu1"],
-            vec!["gpu2"],
-            vec!["gpu3"],
-            vec!["gpu4"],
-        ],
-        ("nested-switch", Pxb) => vec![vec!["gpu0", "gpu1", "gpu2"], vec!["gpu3"], vec!["gpu4"]],
-        ("nested-switch", Phb | Node) => vec![vec!["gpu0", "gpu1", "gpu2", "gpu3"], vec!["gpu4"]],
-        ("nested-switch", Sys) => vec![vec!["gpu0", "gpu1", "gpu2", "gpu3", "gpu4"]],
-        other => panic!("no clique table for {other:?}"),
-    }
-}
 
 type Partition = BTreeSet<BTreeSet<String>>;
 
@@ -429,132 +387,6 @@ fn two_vms_each_number_cliques_from_zero() {
         [0, 1, 2],
         "b: gpu3 gpu2 gpu6 (NODE, SYS: all apart)"
     );
-}
-
-/// The plan each `--emit` format must carry: per VM, (host address, clique).
-fn planned(report: &PlanReport) -> Vec<Vec<(Bdf, u8)>> {
-    report
-        .vms
-        .iter()
-        .map(|vm| {
-            vm.assignments
-                .iter()
-                .map(|a| (a.bdf, a.clique.id()))
-                .collect()
-        })
-        .collect()
-}
-
-/// The emitters' output is one block per VM, separated by a blank line.
-fn blocks(out: &str) -> Vec<&str> {
-    out.trim_end().split("\n\n").collect()
-}
-
-/// The value of `key=` in a comma-separated option list.
-fn opt<'a>(opts: &'a str, key: &str) -> Option<&'a str> {
-    opts.split(',')
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-}
-
-/// `value='...'` of an XML attribute on one line.
-fn attr<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let rest = &line[line.find(&format!(" {name}='"))? + name.len() + 3..];
-    Some(&rest[..rest.find('\'')?])
-}
-
-fn parse_qemu(block: &str) -> Vec<(Bdf, u8)> {
-    block
-        .lines()
-        .filter_map(|l| l.strip_prefix("-device vfio-pci,"))
-        .map(|l| {
-            let opts = l.trim_end_matches(" \\");
-            let host = opt(opts, "host").expect("host=").parse().unwrap();
-            let clique = opt(opts, "x-nv-gpudirect-clique")
-                .expect("clique")
-                .parse()
-                .unwrap();
-            (host, clique)
-        })
-        .collect()
-}
-
-fn parse_cloud_hypervisor(block: &str) -> Vec<(Bdf, u8)> {
-    assert_eq!(
-        block
-            .lines()
-            .filter(|l| l.starts_with("--platform vfio_p2p_dma=on"))
-            .count(),
-        1,
-        "one --platform vfio_p2p_dma=on per VM:\n{block}"
-    );
-    block
-        .lines()
-        .filter_map(|l| l.strip_prefix("--device "))
-        .map(|l| {
-            let opts = l.trim_end_matches(" \\");
-            let path = opt(opts, "path").expect("path=");
-            let host = path
-                .strip_prefix("/sys/bus/pci/devices/")
-                .and_then(|p| p.strip_suffix('/'))
-                .unwrap_or_else(|| panic!("path {path}"))
-                .parse()
-                .unwrap();
-            let clique = opt(opts, "x_nv_gpudirect_clique")
-                .expect("clique")
-                .parse()
-                .unwrap();
-            (host, clique)
-        })
-        .collect()
-}
-
-/// `<hostdev>` addresses and aliases, joined to the `<qemu:device>` overrides by alias.
-fn parse_libvirt(block: &str) -> Vec<(Bdf, u8)> {
-    let mut hostdevs: Vec<(Bdf, String)> = Vec::new();
-    let mut overrides: Vec<(String, u8)> = Vec::new();
-    let mut address: Option<Bdf> = None;
-    let mut device: Option<String> = None;
-    for l in block.lines().map(str::trim) {
-        if l.starts_with("<address ") {
-            let n = |k| u8::from_str_radix(&attr(l, k).unwrap()[2..], 16).unwrap();
-            let domain = attr(l, "domain").unwrap();
-            address = Some(
-                format!(
-                    "{}:{:02x}:{:02x}.{:x}",
-                    &domain[2..],
-                    n("bus"),
-                    n("slot"),
-                    n("function")
-                )
-                .parse()
-                .unwrap(),
-            );
-        } else if l.starts_with("<alias ") {
-            let a = address.take().expect("<address> before <alias>");
-            hostdevs.push((a, attr(l, "name").unwrap().to_string()));
-        } else if l.starts_with("<qemu:device ") {
-            device = Some(attr(l, "alias").unwrap().to_string());
-        } else if l.starts_with("<qemu:property ") {
-            assert_eq!(attr(l, "name"), Some("x-nv-gpudirect-clique"), "{l}");
-            let d = device.take().expect("<qemu:device> before <qemu:property>");
-            overrides.push((d, attr(l, "value").unwrap().parse().unwrap()));
-        }
-    }
-    assert_eq!(
-        hostdevs.len(),
-        overrides.len(),
-        "one override per hostdev:\n{block}"
-    );
-    hostdevs
-        .into_iter()
-        .map(|(bdf, alias)| {
-            let (_, clique) = overrides
-                .iter()
-                .find(|(a, _)| *a == alias)
-                .unwrap_or_else(|| panic!("no override for alias {alias}:\n{block}"));
-            (bdf, *clique)
-        })
-        .collect()
 }
 
 /// `--emit qemu|libvirt|cloud-hypervisor` on both trees, one VM and two VMs, at

@@ -227,10 +227,12 @@ impl Raw {
         assert_eq!(header.flags & 0xf, TYPE_REPLY, "not a reply: {header:?}");
         let mut body = vec![0u8; header.size as usize - HEADER_LEN];
         self.stream.read_exact(&mut body).expect("reply body");
-        // SAFETY: the kernel installed these descriptors for us; each is owned once.
         let fds = fds[..nfds]
             .iter()
-            .map(|&fd| unsafe { File::from_raw_fd(fd) })
+            .map(|&fd| {
+                // SAFETY: the kernel installed these descriptors for us; each is owned once.
+                unsafe { File::from_raw_fd(fd) }
+            })
             .collect();
         Some(Reply { header, body, fds })
     }

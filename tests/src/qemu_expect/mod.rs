@@ -85,7 +85,7 @@ const fn p(a: &'static str, b: &'static str, class: PathClass, meet: Meet) -> Pa
 
 mod checks;
 mod tables;
-pub use tables::{NESTED_SWITCH, TWO_SOCKET};
+pub use tables::{expected_cliques, NESTED_SWITCH, TWO_SOCKET};
 
 /// ACS bits Linux enables on QEMU's root ports when an IOMMU is present:
 /// SrcValid, ReqRedir, CmpltRedir, UpstreamFwd.

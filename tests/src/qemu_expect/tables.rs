@@ -189,3 +189,46 @@ pub const NESTED_SWITCH: Expect = Expect {
     // swAdn0 (22:00.0) has no ACS: switch B and everything below it share a group.
     shared_groups: &[("gpu0", "gpu1")],
 };
+
+/// The cliques the policy gives every GPU of a topology at each level, by QEMU
+/// id, written from the diagrams in boot.sh. tests/tests/plan_qemu.rs recomputes them
+/// from the pair classes above, and the two must agree.
+pub fn expected_cliques(topology: &str, level: PathClass) -> Vec<Vec<&'static str>> {
+    use PathClass::*;
+    match (topology, level) {
+        // gpu0/gpu1 under switch sw0 (PIX), gpu2 on the other root port of pxb0
+        // (PHB), gpu3 alone on pxb2 (node 0: NODE), gpu4/gpu5 under sw1 on node 1,
+        // gpu6 on pcie.0 whose node is unknown (SYS to everything).
+        ("two-socket", Pix | Pxb) => vec![
+            vec!["gpu0", "gpu1"],
+            vec!["gpu2"],
+            vec!["gpu3"],
+            vec!["gpu4", "gpu5"],
+            vec!["gpu6"],
+        ],
+        ("two-socket", Phb) => vec![
+            vec!["gpu0", "gpu1", "gpu2"],
+            vec!["gpu3"],
+            vec!["gpu4", "gpu5"],
+            vec!["gpu6"],
+        ],
+        ("two-socket", Node) => vec![
+            vec!["gpu0", "gpu1", "gpu2", "gpu3"],
+            vec!["gpu4", "gpu5"],
+            vec!["gpu6"],
+        ],
+        ("two-socket", Sys) => vec![vec!["gpu0", "gpu1", "gpu2", "gpu3", "gpu4", "gpu5", "gpu6"]],
+        // gpu0/gpu1 under switch B (PIX), gpu2 under switch A above it (PXB),
+        // gpu3 on the other root port of pxb0 (PHB), gpu4 on node 1 (SYS).
+        ("nested-switch", Pix) => vec![
+            vec!["gpu0", "gpu1"],
+            vec!["gpu2"],
+            vec!["gpu3"],
+            vec!["gpu4"],
+        ],
+        ("nested-switch", Pxb) => vec![vec!["gpu0", "gpu1", "gpu2"], vec!["gpu3"], vec!["gpu4"]],
+        ("nested-switch", Phb | Node) => vec![vec!["gpu0", "gpu1", "gpu2", "gpu3"], vec!["gpu4"]],
+        ("nested-switch", Sys) => vec![vec!["gpu0", "gpu1", "gpu2", "gpu3", "gpu4"]],
+        other => panic!("no clique table for {other:?}"),
+    }
+}
