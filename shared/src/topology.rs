@@ -2,8 +2,6 @@
 //! ACS and IOMMU facts, NUMA nodes and NVLink edges. Built by `p2p-host` from
 //! sysfs, serialised into reports, read by classification and clique policy.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::bdf::Bdf;
@@ -176,16 +174,5 @@ impl Topology {
     pub fn sort(&mut self) {
         self.functions.sort_by_key(|f| f.bdf);
         self.host_bridges.sort_by_key(|h| (h.domain, h.bus));
-    }
-
-    /// Functions per IOMMU group, for the groups that exist.
-    pub fn iommu_groups(&self) -> BTreeMap<u32, Vec<Bdf>> {
-        let mut m: BTreeMap<u32, Vec<Bdf>> = BTreeMap::new();
-        for f in &self.functions {
-            if let Some(g) = f.iommu_group {
-                m.entry(g).or_default().push(f.bdf);
-            }
-        }
-        m
     }
 }

@@ -13,7 +13,6 @@ use super::{CudaError, Gpu};
 /// One GPU's loaded kernels.
 #[derive(Debug, Clone)]
 pub struct Kernels {
-    pub copy: CudaFunction,
     pub spin: CudaFunction,
     pub pingpong: CudaFunction,
     pub fill: CudaFunction,
@@ -68,7 +67,6 @@ pub fn load_all(gpus: &[Gpu]) -> Result<Vec<Kernels>, CudaError> {
                 .map_err(|e| call("cuModuleGetFunction", e))
         };
         out.push(Kernels {
-            copy: f(entry::COPY)?,
             spin: f(entry::SPIN)?,
             pingpong: f(entry::PINGPONG)?,
             fill: f(entry::FILL)?,

@@ -10,7 +10,7 @@ pub mod sysfs;
 
 use std::path::Path;
 
-use crate::cuda::{self, peer, Cuda};
+use crate::cuda::{peer, Cuda};
 use crate::decide::{CudaPeer, Verdict};
 use report::{CudaFacts, EnableResult, ProbeReport};
 
@@ -103,13 +103,4 @@ pub fn enable_allowed(report: &mut ProbeReport, cuda: &Cuda) {
         }
     }
     report.enabled = results;
-}
-
-/// Whether CUDA can run here at all, in words (for messages).
-pub fn cuda_summary() -> String {
-    if cuda::driver_present() {
-        "the CUDA driver library is present".into()
-    } else {
-        "no CUDA driver library (libcuda.so): sysfs facts only".into()
-    }
 }

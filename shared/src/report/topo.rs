@@ -115,21 +115,23 @@ impl TopoReport {
             });
         }
 
-        let square = |fns: &[&PciFunction]| -> Vec<Vec<PathClass>> {
-            fns.iter()
-                .map(|a| {
-                    fns.iter()
-                        .map(|b| classify_functions(topo, a, b).class)
-                        .collect()
-                })
-                .collect()
-        };
-        let links = square(&gpu_fns);
+        // GPUs then NICs; `links` is the GPUs' block of the same matrix.
         let members: Vec<&DeviceEntry> = gpus.iter().chain(nics.iter()).collect();
         let member_fns: Vec<&PciFunction> = gpu_fns.iter().chain(nic_fns.iter()).copied().collect();
+        let cells: Vec<Vec<PathClass>> = member_fns
+            .iter()
+            .map(|a| {
+                member_fns
+                    .iter()
+                    .map(|b| classify_functions(topo, a, b).class)
+                    .collect()
+            })
+            .collect();
+        let n = gpu_fns.len();
+        let links = cells[..n].iter().map(|row| row[..n].to_vec()).collect();
         let matrix = Matrix {
             labels: members.iter().map(|d| d.label.clone()).collect(),
-            cells: square(&member_fns),
+            cells,
         };
         let mut pairs = Vec::new();
         for (i, a) in gpu_fns.iter().enumerate() {
