@@ -4,4 +4,5 @@ pub mod bench;
 pub mod compare;
 pub mod cuda;
 pub mod decide;
+pub mod nccl_topo;
 pub mod probe;

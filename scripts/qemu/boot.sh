@@ -4,6 +4,7 @@
 #   scripts/qemu/boot.sh --qemu {7.2|10|PATH} --topology NAME --iommu {on|off} --initrd FILE
 #                        [--timeout SECS] [--log FILE] [--append "kernel args"]
 #                        [--extra "qemu args"]... [--print-cmd] [--vfio-user-dir DIR]
+#                        [--topology-args FILE]
 #   scripts/qemu/boot.sh --list-topologies
 #
 # The serial console (ttyS0) goes to stdout (and to --log FILE when given). Returns when the
@@ -19,6 +20,9 @@
 # --extra words are split on whitespace (no quoting); pass --extra several times if needed.
 # --vfio-user-dir DIR: where the vfio-user-gpus topology finds its sockets, DIR/gpu0.sock ..
 #   DIR/gpu5.sock (p2p-host serve must be listening on them before QEMU starts).
+# --topology-args FILE: for topology `args`, the device arguments, one QEMU argument per
+#   line (what `p2p-host plan --guest-topology mirror --emit qemu` writes, with vfio-pci
+#   devices swapped for stand-ins); the machine, CPUs and NUMA nodes are boot.sh's.
 # Env: VP2P_IOMMU_OPTS (default "intremap=on,caching-mode=on"; caching-mode is what vfio and
 #      vfio-user devices behind a vIOMMU require), VP2P_SMP_THREADS (default: TCG default).
 # shellcheck disable=SC2054,SC2015,SC2317  # commas inside QEMU args; A && B || die; trap fn
@@ -181,10 +185,24 @@ topo_vfio_user_gpus() {
     done
 }
 
-TOPOLOGIES="two-socket nested-switch vfio-user-gpus"
+# args: q35 with two NUMA nodes of shared memory (vfio-user servers can map it), and every
+# device from --topology-args FILE. Used by the mirrored-layout end-to-end test.
+topo_args() {
+    [ -r "$TOPO_ARGS" ] || { echo "error: topology args needs --topology-args FILE" >&2; exit 2; }
+    TOPO+=(-machine q35 -smp 2,sockets=2,cores=1,threads=1 -m 1G
+        -object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,nodeid=0,memdev=mem0
+        -object memory-backend-memfd,id=mem1,size=512M,share=on -numa node,nodeid=1,memdev=mem1
+        -numa cpu,node-id=0,socket-id=0 -numa cpu,node-id=1,socket-id=1)
+    local line
+    while IFS= read -r line || [ -n "$line" ]; do
+        [ -n "$line" ] && TOPO+=("$line")
+    done <"$TOPO_ARGS"
+}
+
+TOPOLOGIES="two-socket nested-switch vfio-user-gpus args"
 
 # ----------------------------------------------------------------------------- arguments
-QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0 VFIO_USER_DIR=""
+QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0 VFIO_USER_DIR="" TOPO_ARGS=""
 EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -198,6 +216,7 @@ while [ $# -gt 0 ]; do
         --extra) read -r -a w <<<"${2?}"; EXTRA+=(${w[@]+"${w[@]}"}); shift 2 ;;
         --print-cmd) PRINT=1; shift ;;
         --vfio-user-dir) VFIO_USER_DIR="${2:?}"; shift 2 ;;
+        --topology-args) TOPO_ARGS="${2:?}"; shift 2 ;;
         --list-topologies) echo "$TOPOLOGIES"; exit 0 ;;
         -h|--help) usage ;;
         *) echo "error: unknown argument: $1" >&2; usage ;;
@@ -221,6 +240,7 @@ case "$TOPOLOGY" in
     two-socket) topo_two_socket ;;
     nested-switch) topo_nested_switch ;;
     vfio-user-gpus) topo_vfio_user_gpus ;;
+    args) topo_args ;;
     *) echo "error: unknown topology '$TOPOLOGY' (known: $TOPOLOGIES)" >&2; exit 2 ;;
 esac
 

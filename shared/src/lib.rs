@@ -9,6 +9,8 @@ pub mod bdf;
 pub mod capability;
 pub mod classify;
 pub mod clique;
+pub mod guest_layout;
+pub mod nccl_topo;
 pub mod pci;
 pub mod report;
 pub mod select;

@@ -21,7 +21,12 @@ pub const NVIDIA_VENDOR: u16 = 0x10de;
 pub enum Role {
     Gpu,
     NvSwitch,
+    /// A network function with an RDMA device: a NIC row of `nvidia-smi topo -m`,
+    /// a candidate for GPUDirect RDMA.
     Nic,
+    /// A network function without an RDMA device (virtio-net, plain Ethernet):
+    /// `nvidia-smi topo -m` does not list it and NCCL cannot use it for GPUDirect.
+    EthernetOnly,
     Bridge,
     Other,
 }
@@ -102,8 +107,10 @@ impl GpuSelector {
             Role::NvSwitch
         } else if f.is_bridge {
             Role::Bridge
-        } else if f.base_class() == 0x02 {
+        } else if f.base_class() == 0x02 && f.has_rdma() {
             Role::Nic
+        } else if f.base_class() == 0x02 {
+            Role::EthernetOnly
         } else {
             Role::Other
         }

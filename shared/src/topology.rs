@@ -75,6 +75,11 @@ pub struct PciFunction {
     pub config_len: usize,
     /// Network or RDMA interface names below the function (`net/`, `infiniband/`).
     pub interfaces: Vec<String>,
+    /// RDMA devices of the function (`infiniband/` below it, the devices
+    /// `/sys/class/infiniband/*/device` points at): what makes a network
+    /// function a NIC for `nvidia-smi topo -m` and for NCCL's GPUDirect RDMA.
+    #[serde(default)]
+    pub rdma_devices: Vec<String>,
 }
 
 impl PciFunction {
@@ -84,6 +89,11 @@ impl PciFunction {
 
     pub fn sub_class(&self) -> u8 {
         (self.class >> 8) as u8
+    }
+
+    /// A function that can do RDMA (it has an `infiniband/` device).
+    pub fn has_rdma(&self) -> bool {
+        !self.rdma_devices.is_empty()
     }
 }
 

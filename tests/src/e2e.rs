@@ -179,12 +179,21 @@ impl Server {
     /// Serves `config` on `dir/<name>.sock` for every GPU, with its clique,
     /// and waits for the ready line.
     pub fn start(p2p_host: &Path, dir: &Path, config: &Path, cliques: &[(GpuSlot, u8)]) -> Self {
+        let sockets: Vec<(PathBuf, u8)> = cliques
+            .iter()
+            .map(|(slot, c)| (dir.join(format!("{}.sock", slot.name)), *c))
+            .collect();
+        Self::start_sockets(p2p_host, config, &sockets)
+    }
+
+    /// Serves `config` once per `(socket, clique)` and waits for the ready line.
+    pub fn start_sockets(p2p_host: &Path, config: &Path, sockets: &[(PathBuf, u8)]) -> Self {
         let mut cmd = Command::new(p2p_host);
         cmd.arg("serve");
-        for (slot, clique) in cliques {
+        for (socket, clique) in sockets {
             cmd.arg("--gpu").arg(format!(
                 "socket={},config={},clique={clique},max-bar={MAX_BAR}",
-                dir.join(format!("{}.sock", slot.name)).display(),
+                socket.display(),
                 config.display()
             ));
         }

@@ -144,7 +144,21 @@ fn libvirt_schema_accepts_the_fragments() {
         .map(|f| f.bdf)
         .collect();
     let plan = p2p_shared::clique::plan_cliques(&topo, "vm0", &gpus, Default::default()).unwrap();
-    libvirt_validates(&p2p_host::vmm::libvirt::example_domain(&plan)).unwrap();
+    let devices: Vec<_> = plan
+        .assignments
+        .iter()
+        .map(|a| p2p_shared::guest_layout::VmDevice {
+            host: a.bdf,
+            role: p2p_shared::guest_layout::DeviceRole::Gpu,
+            clique: Some(a.clique.id()),
+        })
+        .collect();
+    let guest = p2p_shared::guest_layout::flat(&topo, &devices).unwrap();
+    let opts = p2p_host::vmm::EmitOptions::default();
+    libvirt_validates(&p2p_host::vmm::libvirt::example_domain(
+        &plan, &guest, &opts,
+    ))
+    .unwrap();
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod bench;
 mod compare;
+mod nccl_topo;
 mod probe;
 mod tune;
 
@@ -25,6 +26,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Put two bench runs side by side: ratios, overheads and an SVG plot.
     Compare(compare::CompareArgs),
+    /// NCCL's topology file: derived from the GPUs' cliques (GPUs of one clique
+    /// under one switch), or `install` the host's file from fw_cfg.
+    NcclTopo(nccl_topo::NcclTopoArgs),
     /// Sweep SM copy kernel variants and grid shapes (for tuning defaults).
     #[command(hide = true)]
     TuneSm(tune::TuneArgs),
@@ -36,5 +40,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run_cmd(a),
         Command::Compare(a) => compare::run(a),
         Command::TuneSm(a) => tune::run(a),
+        Command::NcclTopo(a) => nccl_topo::run(a),
     }
 }

@@ -5,18 +5,21 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use p2p_host::vmm::{self, EmitFormat};
-use p2p_shared::clique::{plan_cliques, MaxLevel};
+use p2p_host::vmm::{self, EmitFormat, EmitOptions};
+use p2p_shared::clique::{plan_cliques, CliquePlan, MaxLevel};
+use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology, VmDevice};
 use p2p_shared::report::PlanReport;
 use p2p_shared::{Bdf, GpuSelector, PathClass, Role, Topology};
 
 use super::select::TopologyArgs;
 
-/// `NAME=BDF,BDF,...`: the GPUs given to one VM.
+/// `NAME=BDF,BDF,...`: the GPUs (and RDMA NICs) given to one VM.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
     pub name: String,
     pub gpus: Vec<Bdf>,
+    /// RDMA NICs, sorted out of the list by [`vm_specs`].
+    pub nics: Vec<Bdf>,
 }
 
 impl FromStr for VmSpec {
@@ -38,6 +41,7 @@ impl FromStr for VmSpec {
         Ok(VmSpec {
             name: name.to_string(),
             gpus,
+            nics: Vec::new(),
         })
     }
 }
@@ -57,28 +61,87 @@ pub struct PlanArgs {
     /// Farthest PCIe class that still shares a clique: pix, pxb, phb, node or sys.
     #[arg(long, value_name = "LEVEL", default_value = "phb", value_parser = parse_level)]
     pub max_level: MaxLevel,
-    /// A VM and its GPUs, NAME=BDF,BDF,... (repeat for several VMs). Default:
-    /// one VM "vm0" with every GPU.
+    /// A VM and its GPUs and RDMA NICs, NAME=BDF,BDF,... (repeat for several
+    /// VMs). Default: one VM "vm0" with every GPU.
     #[arg(long = "vm", value_name = "NAME=BDF,...")]
     pub vms: Vec<VmSpec>,
+    /// Guest PCIe layout: flat (every device on pcie.0) or mirror (the host's
+    /// root complexes, root ports and switches; QEMU and libvirt).
+    #[arg(long, value_enum, value_name = "LAYOUT", default_value = "flat")]
+    pub guest_topology: LayoutArg,
+}
+
+/// `--guest-topology` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayoutArg {
+    Flat,
+    Mirror,
+}
+
+impl From<LayoutArg> for GuestLayout {
+    fn from(l: LayoutArg) -> Self {
+        match l {
+            LayoutArg::Flat => GuestLayout::Flat,
+            LayoutArg::Mirror => GuestLayout::Mirror,
+        }
+    }
+}
+
+/// The guest tree of one planned VM: its GPUs with their cliques, then its NICs.
+fn guest_of(
+    topo: &Topology,
+    plan: &CliquePlan,
+    nics: &[Bdf],
+    layout: GuestLayout,
+) -> anyhow::Result<GuestTopology> {
+    let mut devices: Vec<VmDevice> = plan
+        .assignments
+        .iter()
+        .map(|a| VmDevice {
+            host: a.bdf,
+            role: DeviceRole::Gpu,
+            clique: Some(a.clique.id()),
+        })
+        .collect();
+    devices.extend(nics.iter().map(|n| VmDevice {
+        host: *n,
+        role: DeviceRole::Nic,
+        clique: None,
+    }));
+    let g = match layout {
+        GuestLayout::Flat => guest_layout::flat(topo, &devices),
+        GuestLayout::Mirror => guest_layout::mirror(topo, &devices),
+    };
+    Ok(g.with_context(|| format!("VM {}: guest topology", plan.vm))?)
 }
 
 impl PlanArgs {
     /// Scans the topology and plans every VM.
     pub fn plan(&self) -> anyhow::Result<PlanReport> {
+        Ok(self.plan_with_topology()?.0)
+    }
+
+    /// Plans every VM and returns the topology the plan was made on.
+    pub fn plan_with_topology(&self) -> anyhow::Result<(PlanReport, Topology)> {
         let (root, topo, selector) = self.topology.load()?;
         let specs = vm_specs(&self.vms, &topo, &selector)?;
+        let layout = GuestLayout::from(self.guest_topology);
         let mut plans = Vec::new();
+        let mut guests = Vec::new();
         for spec in &specs {
             let plan = plan_cliques(&topo, &spec.name, &spec.gpus, self.max_level)
                 .with_context(|| format!("VM {}", spec.name))?;
+            guests.push(guest_of(&topo, &plan, &spec.nics, layout)?);
             plans.push(plan);
         }
-        Ok(PlanReport::new(
+        let report = PlanReport::new(
             &root.path().display().to_string(),
             self.max_level,
             plans,
-        ))
+            layout,
+            guests,
+        );
+        Ok((report, topo))
     }
 }
 
@@ -101,24 +164,41 @@ fn vm_specs(
         return Ok(vec![VmSpec {
             name: "vm0".into(),
             gpus: all,
+            nics: Vec::new(),
         }]);
     }
     let mut owner: BTreeMap<Bdf, &str> = BTreeMap::new();
     let mut names: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
     for spec in specs {
         if names.contains(&spec.name.as_str()) {
             bail!("VM {} is named twice", spec.name);
         }
         names.push(&spec.name);
+        let mut sorted = VmSpec {
+            name: spec.name.clone(),
+            gpus: Vec::new(),
+            nics: Vec::new(),
+        };
         for g in &spec.gpus {
             let Some(f) = topo.function(*g) else {
                 bail!("VM {}: {g} is not a PCI function of this host", spec.name);
             };
-            if selector.role(f) != Role::Gpu {
+            match selector.role(f) {
+                Role::Gpu => sorted.gpus.push(*g),
+                Role::Nic => sorted.nics.push(*g),
+                Role::EthernetOnly => bail!(
+                    "VM {}: {g} is a network function without an RDMA device (no infiniband/ \
+                     below it): vp2p places GPUs and RDMA NICs; pass plain NICs through by hand",
+                    spec.name
+                ),
+                _ => {}
+            }
+            if !matches!(selector.role(f), Role::Gpu | Role::Nic) {
                 bail!(
-                    "VM {}: {g} (vendor {:#06x}, class {:#08x}) is not a GPU: the P2P clique \
-                     capability is for NVIDIA display-class functions (select test devices \
-                     with --gpus or --gpu-class)",
+                    "VM {}: {g} (vendor {:#06x}, class {:#08x}) is neither a GPU nor an RDMA \
+                     NIC: the P2P clique capability is for NVIDIA display-class functions \
+                     (select test devices with --gpus or --gpu-class)",
                     spec.name,
                     f.vendor,
                     f.class
@@ -128,8 +208,12 @@ fn vm_specs(
                 bail!("{g} is given to two VMs: {other} and {}", spec.name);
             }
         }
+        if sorted.gpus.is_empty() {
+            bail!("VM {}: no GPU among its devices", spec.name);
+        }
+        out.push(sorted);
     }
-    Ok(specs.to_vec())
+    Ok(out)
 }
 
 #[derive(Debug, Args)]
@@ -139,20 +223,33 @@ pub struct PlanCmd {
     /// Print the plan as JSON (schema vp2p.plan/1; same as --emit json).
     #[arg(long, conflicts_with = "emit")]
     json: bool,
-    /// Print VMM configuration instead of the table.
+    /// Print VMM configuration (or NCCL's topology file) instead of the table.
     #[arg(long, value_enum, value_name = "FORMAT")]
     emit: Option<EmitFormat>,
+    /// Hand the NCCL file at this host path to the guest through fw_cfg
+    /// (QEMU -fw_cfg, libvirt <sysinfo type='fwcfg'>); "{vm}" is replaced by the
+    /// VM's name. Write the file with --emit nccl-topo.
+    #[arg(long, value_name = "PATH")]
+    nccl_topo_path: Option<String>,
+    /// First PCI controller index the libvirt domain does not use yet (the
+    /// mirrored controllers are numbered from it).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    libvirt_first_index: u32,
 }
 
 pub fn run(args: PlanCmd) -> anyhow::Result<()> {
-    let report = args.plan.plan()?;
+    let (report, topo) = args.plan.plan_with_topology()?;
     let format = if args.json {
         Some(EmitFormat::Json)
     } else {
         args.emit
     };
+    let opts = EmitOptions {
+        nccl_topo_path: args.nccl_topo_path.clone(),
+        libvirt_first_index: args.libvirt_first_index,
+    };
     match format {
-        Some(f) => print!("{}", vmm::emit(&report, f)?),
+        Some(f) => print!("{}", vmm::emit(&report, &topo, f, &opts)?),
         None => print!("{}", report.render_text()),
     }
     Ok(())

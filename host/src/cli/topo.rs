@@ -1,7 +1,7 @@
 //! `p2p-host topo`.
 
 use clap::Args;
-use p2p_shared::report::TopoReport;
+use p2p_shared::report::{NicRows, TopoReport};
 
 use super::select::TopologyArgs;
 
@@ -12,11 +12,20 @@ pub struct TopoArgs {
     /// Print the report as JSON (schema vp2p.topo/1, see README).
     #[arg(long)]
     json: bool,
+    /// List every network function as a NIC row, not only those with an RDMA
+    /// device (`nvidia-smi topo -m` lists RDMA devices only).
+    #[arg(long)]
+    all_nics: bool,
 }
 
 pub fn run(args: TopoArgs) -> anyhow::Result<()> {
     let (root, topo, selector) = args.topology.load()?;
-    let report = TopoReport::build(&topo, &selector, &root.path().display().to_string());
+    let rows = if args.all_nics {
+        NicRows::AllNetwork
+    } else {
+        NicRows::Rdma
+    };
+    let report = TopoReport::build_with(&topo, &selector, &root.path().display().to_string(), rows);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -294,8 +294,9 @@ fn read_function(loc: &Located) -> Result<PciFunction, ScanError> {
     let width = |name: &str| -> Result<Option<u8>, ScanError> {
         Ok(attrs::optional(dir, name)?.and_then(|t| t.parse().ok()))
     };
+    let rdma_devices = attrs::child_names(dir, "infiniband");
     let mut interfaces = attrs::child_names(dir, "net");
-    interfaces.extend(attrs::child_names(dir, "infiniband"));
+    interfaces.extend(rdma_devices.iter().cloned());
     Ok(PciFunction {
         bdf: loc.bdf,
         vendor,
@@ -320,6 +321,7 @@ fn read_function(loc: &Located) -> Result<PciFunction, ScanError> {
         },
         config_len: raw.len(),
         interfaces,
+        rdma_devices,
     })
 }
 

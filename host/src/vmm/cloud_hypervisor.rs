@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use p2p_shared::clique::CliquePlan;
+use p2p_shared::guest_layout::{DeviceRole, GuestTopology};
 use p2p_shared::Bdf;
 use serde::{Deserialize, Serialize};
 
@@ -36,14 +37,24 @@ pub fn device_configs(plan: &CliquePlan) -> Vec<DeviceConfig> {
         .collect()
 }
 
-/// Command-line arguments for one VM.
-pub fn arguments(plan: &CliquePlan) -> String {
+/// Command-line arguments for one VM: its GPUs with their cliques, then its
+/// RDMA NICs. Cloud Hypervisor numbers guest slots itself, so the guest bus
+/// ids of the plan's flat map do not apply.
+pub fn arguments(plan: &CliquePlan, guest: &GuestTopology) -> String {
     let mut out = format!("# {}\n--platform vfio_p2p_dma=on", super::summary(plan));
     for d in device_configs(plan) {
         let _ = write!(
             out,
             " \\\n--device path={},id={},x_nv_gpudirect_clique={}",
             d.path, d.id, d.x_nv_gpudirect_clique
+        );
+    }
+    for n in guest.devices.iter().filter(|d| d.role == DeviceRole::Nic) {
+        let _ = write!(
+            out,
+            " \\\n--device path={},id={}",
+            sysfs_path(&n.host),
+            n.id
         );
     }
     out.push('\n');

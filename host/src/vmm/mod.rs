@@ -1,9 +1,9 @@
 //! VMM configuration for a clique plan: QEMU arguments, libvirt domain XML,
-//! Cloud Hypervisor CLI arguments and REST requests.
+//! Cloud Hypervisor CLI arguments and REST requests, and NCCL's topology file.
 //!
 //! Each emitter writes exactly what its VMM accepts as is; the contract tests
 //! feed the output to QEMU, to libvirt's schema and to Cloud Hypervisor's
-//! OpenAPI spec.
+//! OpenAPI spec, and the end-to-end test boots the mirrored layout.
 
 pub mod ch_api;
 pub mod cloud_hypervisor;
@@ -11,7 +11,10 @@ pub mod libvirt;
 pub mod qemu;
 
 use p2p_shared::clique::CliquePlan;
+use p2p_shared::guest_layout::{GuestLayout, GuestTopology};
+use p2p_shared::nccl_topo;
 use p2p_shared::report::PlanReport;
+use p2p_shared::Topology;
 
 /// The configuration formats `p2p-host plan --emit` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -24,20 +27,77 @@ pub enum EmitFormat {
     CloudHypervisor,
     /// The plan itself (schema vp2p.plan/1).
     Json,
+    /// NCCL's topology XML for one VM, keyed by guest bus ids.
+    NcclTopo,
+}
+
+/// Settings the emitters share.
+#[derive(Debug, Clone, Default)]
+pub struct EmitOptions {
+    /// Host path of the NCCL file handed to the guest through fw_cfg; `{vm}`
+    /// is replaced by the VM's name. None: no fw_cfg entry.
+    pub nccl_topo_path: Option<String>,
+    /// First free `<controller type='pci' index=...>` in the libvirt domain.
+    pub libvirt_first_index: u32,
+}
+
+impl EmitOptions {
+    /// The NCCL file's path for `vm`.
+    pub fn nccl_topo_path(&self, vm: &str) -> Option<String> {
+        self.nccl_topo_path.as_ref().map(|t| t.replace("{vm}", vm))
+    }
+}
+
+/// Why configuration could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("the plan has no guest layout for VM {0}")]
+    NoGuest(String),
+    #[error("--emit nccl-topo writes one VM's file; the plan has {0} VMs: plan one VM per call (--vm NAME=...)")]
+    SeveralVms(usize),
+    #[error("Cloud Hypervisor has no PCIe expander buses or switches to mirror the host with; use --guest-topology flat")]
+    NoMirror,
 }
 
 /// Renders every VM's plan in `format`.
-pub fn emit(report: &PlanReport, format: EmitFormat) -> Result<String, serde_json::Error> {
+pub fn emit(
+    report: &PlanReport,
+    topo: &Topology,
+    format: EmitFormat,
+    opts: &EmitOptions,
+) -> Result<String, EmitError> {
+    let guest = |i: usize| {
+        report
+            .guests
+            .get(i)
+            .ok_or_else(|| EmitError::NoGuest(report.vms[i].vm.clone()))
+    };
+    let each = |one: &dyn Fn(&CliquePlan, &GuestTopology) -> String| {
+        let mut parts = Vec::new();
+        for (i, plan) in report.vms.iter().enumerate() {
+            parts.push(one(plan, guest(i)?));
+        }
+        Ok::<_, EmitError>(parts.join("\n"))
+    };
     Ok(match format {
-        EmitFormat::Qemu => each_vm(report, qemu::arguments),
-        EmitFormat::Libvirt => each_vm(report, libvirt::fragments),
-        EmitFormat::CloudHypervisor => each_vm(report, cloud_hypervisor::arguments),
+        EmitFormat::Qemu => each(&|p, g| qemu::arguments(p, g, opts))?,
+        EmitFormat::Libvirt => each(&|p, g| libvirt::fragments(p, g, opts))?,
+        EmitFormat::CloudHypervisor => {
+            if report.guest_topology == GuestLayout::Mirror {
+                return Err(EmitError::NoMirror);
+            }
+            each(&|p, g| cloud_hypervisor::arguments(p, g))?
+        }
         EmitFormat::Json => serde_json::to_string_pretty(report)? + "\n",
+        EmitFormat::NcclTopo => {
+            if report.vms.len() != 1 {
+                return Err(EmitError::SeveralVms(report.vms.len()));
+            }
+            nccl_topo::render(&nccl_topo::from_guest(topo, guest(0)?))
+        }
     })
-}
-
-fn each_vm(report: &PlanReport, one: fn(&CliquePlan) -> String) -> String {
-    report.vms.iter().map(one).collect::<Vec<_>>().join("\n")
 }
 
 /// One line naming the VM and its plan, for the comment each emitter starts with.
@@ -49,6 +109,14 @@ pub fn summary(plan: &CliquePlan) -> String {
         plan.cliques.len(),
         plan.max_level
     )
+}
+
+/// The layout's name as `--guest-topology` spells it.
+pub fn layout_name(layout: GuestLayout) -> &'static str {
+    match layout {
+        GuestLayout::Flat => "flat",
+        GuestLayout::Mirror => "mirror",
+    }
 }
 
 /// A device id for the `i`-th GPU of a VM, valid in QEMU ids and libvirt

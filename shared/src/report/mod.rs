@@ -12,5 +12,5 @@ pub use bench_text::size_label;
 pub use cpulist::CpuList;
 pub use plan::{PlanReport, PLAN_SCHEMA};
 pub use table::Table;
-pub use topo::{BridgeEntry, DeviceEntry, Matrix, TopoReport, TOPO_SCHEMA};
+pub use topo::{BridgeEntry, DeviceEntry, Matrix, NicRows, TopoReport, TOPO_SCHEMA};
 pub use topo_text::LEGEND;

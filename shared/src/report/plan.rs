@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::table::Table;
 use crate::clique::{CliquePlan, MaxLevel};
+use crate::guest_layout::{GuestLayout, GuestTopology};
 
 /// Schema tag carried in every plan report.
 pub const PLAN_SCHEMA: &str = "vp2p.plan/1";
@@ -18,15 +19,30 @@ pub struct PlanReport {
     pub sysfs_root: String,
     pub max_level: MaxLevel,
     pub vms: Vec<CliquePlan>,
+    /// The guest layout asked for (`--guest-topology`).
+    #[serde(default)]
+    pub guest_topology: GuestLayout,
+    /// `guests[i]` is the guest PCIe tree of `vms[i]`: every device's host and
+    /// guest bus id, and the ports and expander buses of a mirrored layout.
+    #[serde(default)]
+    pub guests: Vec<GuestTopology>,
 }
 
 impl PlanReport {
-    pub fn new(sysfs_root: &str, max_level: MaxLevel, vms: Vec<CliquePlan>) -> Self {
+    pub fn new(
+        sysfs_root: &str,
+        max_level: MaxLevel,
+        vms: Vec<CliquePlan>,
+        guest_topology: GuestLayout,
+        guests: Vec<GuestTopology>,
+    ) -> Self {
         Self {
             schema: PLAN_SCHEMA.to_string(),
             sysfs_root: sysfs_root.to_string(),
             max_level,
             vms,
+            guest_topology,
+            guests,
         }
     }
 
@@ -72,7 +88,72 @@ impl PlanReport {
                 }
                 out.push_str(&t.render());
             }
+            if let Some(g) = self.guests.get(i) {
+                out.push('\n');
+                out.push_str(&render_guest(g));
+            }
         }
         out
     }
+}
+
+/// The guest map: where each device lands, and the emulated ports above it.
+fn render_guest(g: &GuestTopology) -> String {
+    let layout = match g.layout {
+        GuestLayout::Flat => "flat (every device on pcie.0)",
+        GuestLayout::Mirror => "mirror (the host's root complexes, root ports and switches)",
+    };
+    let mut out = format!("  Guest topology: {layout}\n\n");
+    let mut t = Table::new(["DEVICE", "ROLE", "HOST", "GUEST", "BELOW", "CLIQUE"]).indent(2);
+    for d in &g.devices {
+        t.row([
+            d.id.clone(),
+            format!("{:?}", d.role).to_lowercase(),
+            d.host.to_string(),
+            d.guest.to_string(),
+            d.parent.clone(),
+            d.clique.map_or("-".into(), |c| c.to_string()),
+        ]);
+    }
+    out.push_str(&t.render());
+    if !g.ports.is_empty() {
+        out.push('\n');
+        let mut t = Table::new(["PORT", "KIND", "MIRRORS", "GUEST", "BUS", "LINK"]).indent(2);
+        for rc in &g.root_complexes {
+            t.row([
+                rc.id.clone(),
+                "pxb-pcie".into(),
+                rc.host.clone(),
+                format!("bus {:#04x}", rc.bus_nr),
+                format!("{:#04x}-{:#04x}", rc.bus_nr, rc.last_bus),
+                rc.numa_node
+                    .map_or("numa -".into(), |n| format!("numa {n}")),
+            ]);
+        }
+        for p in &g.ports {
+            t.row([
+                p.id.clone(),
+                p.kind.qemu_driver().to_string(),
+                p.host.map_or("(invented)".into(), |h| h.to_string()),
+                p.guest.to_string(),
+                format!("{:#04x}", p.secondary_bus),
+                p.link
+                    .map_or("-".into(), |l| format!("{} x{}", l.speed.qemu(), l.width)),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    for n in &g.numa_nodes {
+        let _ = writeln!(
+            out,
+            "  guest NUMA node {} = host node {} (CPUs {})",
+            n.guest,
+            n.host,
+            n.host_cpus.as_deref().unwrap_or("unknown")
+        );
+    }
+    for n in &g.notes {
+        let _ = writeln!(out, "  note: {n}");
+    }
+    out
 }

@@ -35,6 +35,10 @@ pub struct DeviceEntry {
     /// Bridges from the host bridge down to the device.
     pub path: Vec<Bdf>,
     pub interfaces: Vec<String>,
+    /// RDMA devices (`infiniband/`): a NIC row holds at least one unless the
+    /// report was asked for every network function.
+    #[serde(default)]
+    pub rdma_devices: Vec<String>,
 }
 
 /// A bridge on some GPU's or NIC's path, with its ACS.
@@ -76,9 +80,30 @@ pub struct TopoReport {
     pub notes: Vec<String>,
 }
 
+/// Which network functions are NIC rows of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NicRows {
+    /// Only functions with an RDMA device, as `nvidia-smi topo -m` lists them.
+    #[default]
+    Rdma,
+    /// Every network function, RDMA or not (virtio-net, plain Ethernet).
+    AllNetwork,
+}
+
 impl TopoReport {
-    /// Builds the report for the GPUs `selector` picks out of `topo`.
+    /// Builds the report for the GPUs `selector` picks out of `topo`, with NIC
+    /// rows as `nvidia-smi topo -m` has them (RDMA devices only).
     pub fn build(topo: &Topology, selector: &GpuSelector, sysfs_root: &str) -> Self {
+        Self::build_with(topo, selector, sysfs_root, NicRows::Rdma)
+    }
+
+    /// Builds the report with the NIC rows `nics` asks for.
+    pub fn build_with(
+        topo: &Topology,
+        selector: &GpuSelector,
+        sysfs_root: &str,
+        nic_rows: NicRows,
+    ) -> Self {
         let mut gpus = Vec::new();
         let mut nics = Vec::new();
         let mut nvswitches = Vec::new();
@@ -93,8 +118,12 @@ impl TopoReport {
                     nic_fns.push(f);
                     (&mut nics, "NIC")
                 }
+                Role::EthernetOnly if nic_rows == NicRows::AllNetwork => {
+                    nic_fns.push(f);
+                    (&mut nics, "NIC")
+                }
                 Role::NvSwitch => (&mut nvswitches, "NVS"),
-                Role::Bridge | Role::Other => continue,
+                Role::EthernetOnly | Role::Bridge | Role::Other => continue,
             };
             let mut path = topo.ancestors(f.bdf);
             path.reverse();
@@ -112,6 +141,7 @@ impl TopoReport {
                 link: f.link.clone(),
                 path,
                 interfaces: f.interfaces.clone(),
+                rdma_devices: f.rdma_devices.clone(),
             });
         }
 

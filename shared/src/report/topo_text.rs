@@ -50,7 +50,7 @@ impl TopoReport {
         if !self.nics.is_empty() {
             out.push_str("\nNIC Legend:\n\n");
             for n in &self.nics {
-                match n.interfaces.first() {
+                match n.rdma_devices.first().or(n.interfaces.first()) {
                     Some(name) => writeln!(out, "  {}: {} ({})", n.label, name, n.bdf),
                     None => writeln!(out, "  {}: {}", n.label, n.bdf),
                 }

@@ -31,6 +31,7 @@ pub fn func(addr: &str, hb: &str, parent: Option<&str>, port: PciePortType) -> P
         link: LinkInfo::default(),
         config_len: 4096,
         interfaces: vec![],
+        rdma_devices: vec![],
     }
 }
 

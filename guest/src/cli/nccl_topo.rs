@@ -1,0 +1,153 @@
+//! `p2p-guest nccl-topo`: NCCL's topology file from the cliques, or the host's
+//! file installed after checking it against this VM.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use p2p_guest::nccl_topo::{self, NcclTopoReport, NCCL_TOPO_SCHEMA};
+use p2p_shared::nccl_topo::{render, NCCL_DEFAULT_PATH};
+use p2p_shared::report::Table;
+use p2p_shared::Bdf;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct NcclTopoArgs {
+    #[command(subcommand)]
+    action: Option<Action>,
+    #[command(flatten)]
+    derive: DeriveArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// Install the file the host handed over through fw_cfg (or --from FILE)
+    /// after checking every bus id in it against this VM.
+    Install(InstallArgs),
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// sysfs tree to read (the live /sys, or a captured tree).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Where NCCL reads the file when NCCL_TOPO_FILE is unset.
+    #[arg(long, value_name = "PATH", default_value = NCCL_DEFAULT_PATH)]
+    out: PathBuf,
+    /// Print a JSON report (schema vp2p.nccl-topo/1) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct DeriveArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Write the file to --out (default NCCL's default path) instead of
+    /// printing it.
+    #[arg(long)]
+    install: bool,
+    /// Treat GPU BDF as carrying clique N, over what its capability says (a
+    /// what-if for VMs whose hypervisor injects no capability); repeatable.
+    #[arg(long, value_name = "BDF=N", value_parser = parse_assume)]
+    assume_clique: Vec<(Bdf, u8)>,
+}
+
+fn parse_assume(s: &str) -> Result<(Bdf, u8), String> {
+    let (b, n) = s.split_once('=').ok_or("want BDF=N")?;
+    let bdf: Bdf = b
+        .parse()
+        .map_err(|e: p2p_shared::bdf::BdfParseError| e.to_string())?;
+    let n: u8 = n.parse().map_err(|_| format!("'{n}' is not a clique id"))?;
+    if n > 15 {
+        return Err(format!("clique {n}: the capability holds 0..15"));
+    }
+    Ok((bdf, n))
+}
+
+#[derive(Debug, Args)]
+struct InstallArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Read the file from here instead of fw_cfg
+    /// (SYSFS/firmware/qemu_fw_cfg/by_name/opt/vp2p/nccl-topo.xml/raw).
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Check only; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn print_report(r: &NcclTopoReport, json: bool, show_xml: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        return Ok(());
+    }
+    if show_xml {
+        print!("{}", r.xml);
+        return Ok(());
+    }
+    if !r.gpus.is_empty() {
+        let mut t = Table::new(["GPU", "CLIQUE", "NCCL SWITCH"]);
+        for g in &r.gpus {
+            t.row([
+                g.busid.to_string(),
+                g.clique.map_or("none".into(), |c| c.to_string()),
+                g.switch.map_or("(below its CPU)".into(), |s| s.to_string()),
+            ]);
+        }
+        print!("{}", t.render());
+    }
+    if !r.checks.is_empty() {
+        let mut t = Table::new(["BUS ID", "FILE", "GUEST", "CHECK"]);
+        for c in &r.checks {
+            t.row([
+                c.busid.to_string(),
+                c.expected.clone(),
+                c.found.clone(),
+                if c.ok { "ok" } else { "MISMATCH" }.to_string(),
+            ]);
+        }
+        print!("{}", t.render());
+    }
+    match &r.installed {
+        Some(p) => println!("installed {} (from {})", p.display(), r.source),
+        None => println!("checked {}; nothing written (--dry-run)", r.source),
+    }
+    Ok(())
+}
+
+pub fn run(args: NcclTopoArgs) -> anyhow::Result<()> {
+    match args.action {
+        Some(Action::Install(a)) => {
+            let from = a
+                .from
+                .clone()
+                .unwrap_or_else(|| nccl_topo::fw_cfg_path(&a.common.sysfs_root));
+            let report =
+                nccl_topo::install_from(&from, &a.common.sysfs_root, &a.common.out, a.dry_run)?;
+            print_report(&report, a.common.json, false)
+        }
+        None => {
+            let c = &args.derive.common;
+            let (system, gpus) = nccl_topo::derive(&c.sysfs_root, &args.derive.assume_clique)?;
+            let xml = render(&system);
+            let installed = if args.derive.install {
+                nccl_topo::write(&c.out, &xml)
+                    .with_context(|| "installing the derived NCCL topology")?;
+                Some(c.out.clone())
+            } else {
+                None
+            };
+            let report = NcclTopoReport {
+                schema: NCCL_TOPO_SCHEMA.into(),
+                source: "cliques".into(),
+                gpus,
+                checks: Vec::new(),
+                installed,
+                xml,
+            };
+            print_report(&report, c.json, !args.derive.install)
+        }
+    }
+}

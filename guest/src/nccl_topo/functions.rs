@@ -1,0 +1,86 @@
+//! The guest's PCI functions as NCCL's file needs them: ids, class, link, NUMA.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use p2p_shared::topology::LinkInfo;
+use p2p_shared::Bdf;
+
+use super::NcclTopoError;
+use crate::probe::sysfs::resolve_root;
+
+/// One guest PCI function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestFunction {
+    pub vendor: u16,
+    pub device: u16,
+    pub class: u32,
+    pub subsystem_vendor: Option<u16>,
+    pub subsystem_device: Option<u16>,
+    pub link: LinkInfo,
+    /// None when sysfs says -1 or has no `numa_node`.
+    pub numa_node: Option<u32>,
+}
+
+fn text(dir: &Path, name: &str) -> Option<String> {
+    fs::read_to_string(dir.join(name))
+        .ok()
+        .map(|t| t.trim().to_string())
+}
+
+fn hex(dir: &Path, name: &str) -> Result<Option<u32>, NcclTopoError> {
+    let Some(t) = text(dir, name) else {
+        return Ok(None);
+    };
+    let digits = t.strip_prefix("0x").unwrap_or(&t);
+    u32::from_str_radix(digits, 16)
+        .map(Some)
+        .map_err(|_| NcclTopoError::Io {
+            path: dir.join(name),
+            why: format!("'{t}' is not a hex number"),
+        })
+}
+
+/// Every function under `root/bus/pci/devices`, by address.
+pub fn read_functions(sysfs_root: &Path) -> Result<BTreeMap<Bdf, GuestFunction>, NcclTopoError> {
+    let dir = resolve_root(sysfs_root).join("bus/pci/devices");
+    let entries = fs::read_dir(&dir).map_err(|e| NcclTopoError::Io {
+        path: dir.clone(),
+        why: e.to_string(),
+    })?;
+    let mut out = BTreeMap::new();
+    for e in entries.flatten() {
+        let Ok(bdf) = e.file_name().to_string_lossy().parse::<Bdf>() else {
+            continue;
+        };
+        let p = e.path();
+        let need = |name: &str| -> Result<u32, NcclTopoError> {
+            hex(&p, name)?.ok_or_else(|| NcclTopoError::Io {
+                path: p.join(name),
+                why: "missing".into(),
+            })
+        };
+        let width = |name: &str| text(&p, name).and_then(|t| t.parse().ok());
+        out.insert(
+            bdf,
+            GuestFunction {
+                vendor: need("vendor")? as u16,
+                device: need("device")? as u16,
+                class: need("class")?,
+                subsystem_vendor: hex(&p, "subsystem_vendor")?.map(|v| v as u16),
+                subsystem_device: hex(&p, "subsystem_device")?.map(|v| v as u16),
+                link: LinkInfo {
+                    current_speed: text(&p, "current_link_speed"),
+                    current_width: width("current_link_width"),
+                    max_speed: text(&p, "max_link_speed"),
+                    max_width: width("max_link_width"),
+                },
+                numa_node: text(&p, "numa_node")
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .and_then(|n| u32::try_from(n).ok()),
+            },
+        );
+    }
+    Ok(out)
+}

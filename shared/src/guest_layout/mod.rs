@@ -1,0 +1,235 @@
+//! The guest's PCIe tree for one VM: where each passed-through GPU and RDMA NIC
+//! sits in the guest and at which guest bus id, decided before boot.
+//!
+//! Two layouts:
+//! - [`GuestLayout::Flat`]: every device on the root bus `pcie.0` at a pinned
+//!   slot (what VMMs do by default; the guest sees PHB between every pair).
+//! - [`GuestLayout::Mirror`]: one `pxb-pcie` host bridge per host root complex
+//!   the VM uses, on a guest NUMA node per host node, a root port per host root
+//!   port, an emulated switch (upstream and downstream ports) per host switch on
+//!   a device's path, and the device below its port. Every pair of devices then
+//!   has the same class in the guest as on the host (PIX, PXB, PHB, NODE, SYS).
+//!
+//! Guest bus numbers are predicted the way the guest enumerates them: each
+//! expander bus starts at its `bus_nr`, and bridges below it take the next
+//! free number depth first in slot order (the numbering seen in the captured
+//! QEMU trees). The end-to-end test boots the layout and compares.
+
+mod build;
+mod link;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bdf::Bdf;
+
+pub use build::{flat, mirror, VmDevice};
+pub use link::LinkSpeed;
+
+/// How the guest's PCIe tree is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestLayout {
+    /// Every device on the guest's root bus (`pcie.0`).
+    #[default]
+    Flat,
+    /// The host's root complexes, root ports and switches, mirrored.
+    Mirror,
+}
+
+/// What a device is to the guest layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceRole {
+    Gpu,
+    /// A network function with an RDMA device.
+    Nic,
+}
+
+/// The kind of emulated PCIe port, named after the QEMU device that provides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortKind {
+    /// `pcie-root-port` (libvirt model `pcie-root-port`).
+    RootPort,
+    /// `x3130-upstream` (libvirt model `pcie-switch-upstream-port`).
+    SwitchUpstream,
+    /// `xio3130-downstream` (libvirt model `pcie-switch-downstream-port`).
+    SwitchDownstream,
+}
+
+impl PortKind {
+    /// The QEMU device name.
+    pub fn qemu_driver(self) -> &'static str {
+        match self {
+            PortKind::RootPort => "pcie-root-port",
+            PortKind::SwitchUpstream => "x3130-upstream",
+            PortKind::SwitchDownstream => "xio3130-downstream",
+        }
+    }
+
+    /// Whether the port is a slot (has `chassis` and `slot`), as root and
+    /// downstream ports are.
+    pub fn is_slot(self) -> bool {
+        !matches!(self, PortKind::SwitchUpstream)
+    }
+
+    /// Whether QEMU 11.1 lets the port's link be set (`x-speed`, `x-width`):
+    /// only `pcie-root-port` has the properties; `x3130-upstream` and
+    /// `xio3130-downstream` have none (their links read 2.5 GT/s x1 or
+    /// nothing), which is why the NCCL file carries the host's switch links.
+    pub fn has_link_properties(self) -> bool {
+        matches!(self, PortKind::RootPort)
+    }
+}
+
+/// A PCIe link as the host reports it: the speed and width the guest should see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestLink {
+    pub speed: LinkSpeed,
+    pub width: u8,
+}
+
+/// A guest NUMA node and the host node it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestNumaNode {
+    pub guest: u32,
+    pub host: u32,
+    /// The host node's CPUs, to pin this node's vCPUs to.
+    pub host_cpus: Option<String>,
+}
+
+/// A guest host bridge (`pxb-pcie`) standing for one host root complex.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestRootComplex {
+    /// QEMU id and libvirt alias.
+    pub id: String,
+    /// The host root complex it mirrors (`pci0000:20`).
+    pub host: String,
+    /// Its slot on `pcie.0`.
+    pub slot: u8,
+    /// The guest bus number of its root bus (`bus_nr`, libvirt `busNr`).
+    pub bus_nr: u8,
+    /// Highest bus number below it.
+    pub last_bus: u8,
+    /// Guest NUMA node; None when the host's node is unknown (-1).
+    pub numa_node: Option<u32>,
+}
+
+/// An emulated PCIe port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestPort {
+    pub id: String,
+    pub kind: PortKind,
+    /// The host bridge function it mirrors; None for a root port invented for a
+    /// device that sits on its host bridge's bus without one.
+    pub host: Option<Bdf>,
+    /// Id of what it plugs into: a root complex or another port.
+    pub parent: String,
+    /// Its own guest address.
+    pub guest: Bdf,
+    /// The bus number below it.
+    pub secondary_bus: u8,
+    /// `chassis` of slot ports (root and downstream ports), unique in the VM.
+    pub chassis: Option<u8>,
+    /// The host port's link (max, else current); set on guest root ports
+    /// (the only ports QEMU lets set it), and carried in the NCCL file.
+    pub link: Option<GuestLink>,
+}
+
+/// A passed-through device at its guest address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestDevice {
+    pub id: String,
+    pub role: DeviceRole,
+    pub host: Bdf,
+    pub guest: Bdf,
+    /// Id of the port it sits below, or `pcie.0`.
+    pub parent: String,
+    /// P2P clique for GPUs.
+    pub clique: Option<u8>,
+    /// Function 0 of a device with several functions in the VM.
+    pub multifunction: bool,
+}
+
+/// The guest PCIe tree of one VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestTopology {
+    pub layout: GuestLayout,
+    /// Guest NUMA nodes the VM must define (empty for a flat layout).
+    pub numa_nodes: Vec<GuestNumaNode>,
+    pub root_complexes: Vec<GuestRootComplex>,
+    /// Ports in guest enumeration order (parents before children).
+    pub ports: Vec<GuestPort>,
+    pub devices: Vec<GuestDevice>,
+    /// What the layout could not mirror exactly, in words.
+    pub notes: Vec<String>,
+}
+
+impl GuestTopology {
+    /// The guest address of a host device, if the VM holds it.
+    pub fn guest_bdf(&self, host: Bdf) -> Option<Bdf> {
+        self.devices
+            .iter()
+            .find(|d| d.host == host)
+            .map(|d| d.guest)
+    }
+
+    /// A port by id.
+    pub fn port(&self, id: &str) -> Option<&GuestPort> {
+        self.ports.iter().find(|p| p.id == id)
+    }
+
+    /// A root complex by id.
+    pub fn root_complex(&self, id: &str) -> Option<&GuestRootComplex> {
+        self.root_complexes.iter().find(|r| r.id == id)
+    }
+
+    /// Ports and devices whose parent is `id`, ports first, in slot order.
+    pub fn children_of<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> (
+        impl Iterator<Item = &'a GuestPort> + 'a,
+        impl Iterator<Item = &'a GuestDevice> + 'a,
+    ) {
+        (
+            self.ports.iter().filter(move |p| p.parent == id),
+            self.devices.iter().filter(move |d| d.parent == id),
+        )
+    }
+
+    /// The root complex a port or device lies under (following parents).
+    pub fn root_complex_of<'a>(&'a self, parent: &'a str) -> Option<&'a GuestRootComplex> {
+        let mut parent = parent;
+        for _ in 0..64 {
+            if let Some(rc) = self.root_complex(parent) {
+                return Some(rc);
+            }
+            parent = &self.port(parent)?.parent;
+        }
+        None
+    }
+}
+
+/// Why a guest layout could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("{0} is not a PCI function of the topology")]
+    UnknownDevice(Bdf),
+    #[error("{0} is listed twice")]
+    Duplicate(Bdf),
+    #[error("{what}: more than 32 {items} on one guest bus")]
+    BusFull { what: String, items: &'static str },
+    #[error("the mirrored tree needs guest bus numbers past 0xff (root complexes start at {first:#04x}); give the VM fewer root complexes or switches")]
+    OutOfBuses { first: u8 },
+    #[error("the flat layout holds at most {max} devices on pcie.0 (slots {first:#04x}..0x1f), the VM has {count}")]
+    FlatFull { first: u8, max: usize, count: usize },
+    #[error("more than 127 slot ports (root and downstream ports need a chassis number each)")]
+    OutOfChassis,
+    #[error("{bridge}: cannot mirror a bridge above {device}: {why}")]
+    Unmirrorable {
+        bridge: Bdf,
+        device: Bdf,
+        why: String,
+    },
+}

@@ -1,0 +1,88 @@
+//! Writing the XML NCCL parses: its own attribute names and order (as in
+//! NCCL's `NCCL_TOPO_DUMP_FILE` output), two-space indentation, no comments
+//! (NCCL's reader has no use for them).
+
+use std::fmt::Write;
+
+use super::{NcclCpu, NcclPci, NcclSystem, NCCL_TOPO_VERSION};
+
+fn attr(out: &mut String, name: &str, value: impl std::fmt::Display) {
+    let v = value.to_string();
+    let escaped = v
+        .replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let _ = write!(out, " {name}=\"{escaped}\"");
+}
+
+fn cpu_open(c: &NcclCpu) -> String {
+    let mut s = String::from("  <cpu");
+    attr(&mut s, "numaid", c.numaid);
+    if let Some(a) = &c.affinity {
+        attr(&mut s, "affinity", a);
+    }
+    if let Some(a) = &c.arch {
+        attr(&mut s, "arch", a);
+    }
+    if let Some(v) = &c.vendor {
+        attr(&mut s, "vendor", v);
+    }
+    if let Some(f) = c.familyid {
+        attr(&mut s, "familyid", f);
+    }
+    if let Some(m) = c.modelid {
+        attr(&mut s, "modelid", m);
+    }
+    s.push('>');
+    s
+}
+
+fn pci(out: &mut String, p: &NcclPci, depth: usize) {
+    let pad = "  ".repeat(depth);
+    let _ = write!(out, "{pad}<pci");
+    attr(out, "busid", p.busid);
+    attr(out, "class", format!("{:#08x}", p.class));
+    if let Some(v) = p.vendor {
+        attr(out, "vendor", format!("{v:#06x}"));
+    }
+    if let Some(d) = p.device {
+        attr(out, "device", format!("{d:#06x}"));
+    }
+    if let Some(v) = p.subsystem_vendor {
+        attr(out, "subsystem_vendor", format!("{v:#06x}"));
+    }
+    if let Some(d) = p.subsystem_device {
+        attr(out, "subsystem_device", format!("{d:#06x}"));
+    }
+    if let Some(s) = &p.link_speed {
+        attr(out, "link_speed", s);
+    }
+    if let Some(w) = p.link_width {
+        attr(out, "link_width", w);
+    }
+    if p.children.is_empty() {
+        out.push_str("/>\n");
+        return;
+    }
+    out.push_str(">\n");
+    for c in &p.children {
+        pci(out, c, depth + 1);
+    }
+    let _ = writeln!(out, "{pad}</pci>");
+}
+
+/// The file's text.
+pub fn render(system: &NcclSystem) -> String {
+    let mut out = format!("<system version=\"{NCCL_TOPO_VERSION}\">\n");
+    for c in &system.cpus {
+        out.push_str(&cpu_open(c));
+        out.push('\n');
+        for p in &c.pci {
+            pci(&mut out, p, 2);
+        }
+        out.push_str("  </cpu>\n");
+    }
+    out.push_str("</system>\n");
+    out
+}
