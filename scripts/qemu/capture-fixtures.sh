@@ -9,7 +9,7 @@
 # an initramfs holding target/static/.../p2p-host (built by build-guest-bins.sh), and the
 # guest runs, as root on the live /sys:
 #   p2p-host snapshot --out /tmp/cap             -> /tmp/cap/sysfs (PCI attributes + links)
-#   p2p-host topo --json --gpu-class 0108        -> /tmp/cap/topo.json
+#   p2p-host topo --json --gpu-class 0108 --all-nics -> /tmp/cap/topo.json
 # plus nvme-serials.txt (QEMU id vp2p-gpuN -> PCI address, from /sys/class/nvme) and
 # guest.txt (uname -r, /proc/cmdline, p2p-host's stderr). vp2p-emit sends /tmp/cap over
 # the serial console, extract.sh unpacks it, and the result replaces
@@ -69,7 +69,7 @@ rc=0
 p2p-host snapshot --out /tmp/cap 2>/tmp/cap/snapshot.err >/tmp/cap/snapshot.out || rc=$?
 echo "snapshot rc=$rc: $(cat /tmp/cap/snapshot.out) $(cat /tmp/cap/snapshot.err)"
 [ $rc -eq 0 ] || exit 10
-p2p-host topo --json --gpu-class 0108 >/tmp/cap/topo.json 2>/tmp/cap/topo.err || rc=$?
+p2p-host topo --json --gpu-class 0108 --all-nics >/tmp/cap/topo.json 2>/tmp/cap/topo.err || rc=$?
 echo "topo rc=$rc, $(wc -c </tmp/cap/topo.json) bytes of JSON"
 [ $rc -eq 0 ] || { cat /tmp/cap/topo.err; exit 11; }
 {

@@ -266,7 +266,8 @@ pub fn nvme_selector() -> GpuSelector {
 }
 
 /// Scans a captured tree (`DIR/sysfs/...`) with the library, as `p2p-host topo
-/// --sysfs-root DIR --gpu-class 0108` does.
+/// --sysfs-root DIR --gpu-class 0108 --all-nics` does (the trees' e1000e has
+/// no RDMA device, so it is a NIC row only when every network function is).
 pub fn scan_capture(dir: &Path) -> (Topology, TopoReport) {
     let root =
         SysfsRoot::new(dir).unwrap_or_else(|e| panic!("{}: not a sysfs tree: {e}", dir.display()));
@@ -277,7 +278,12 @@ pub fn scan_capture(dir: &Path) -> (Topology, TopoReport) {
         use_nvml: false,
     };
     nvlink::discover(&mut topo, &selector, &opts).expect("NVLink discovery on a tree");
-    let report = TopoReport::build(&topo, &selector, &root.path().display().to_string());
+    let report = TopoReport::build_with(
+        &topo,
+        &selector,
+        &root.path().display().to_string(),
+        p2p_shared::report::NicRows::AllNetwork,
+    );
     (topo, report)
 }
 

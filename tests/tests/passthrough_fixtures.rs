@@ -86,9 +86,22 @@ fn check_against_nvidia_smi(name: &str, gpus: &[&str]) {
         assert_eq!(g.link.current_speed.as_deref(), Some("32.0 GT/s PCIe"));
         assert_eq!(g.link.current_width, Some(16));
     }
-    // The virtio NIC is listed as a NIC, and nothing is an NVSwitch.
-    assert_eq!(report.nics.len(), 1);
-    assert_eq!(report.nics[0].bdf.to_string(), "0000:00:03.0");
+    // The virtio NIC has no RDMA device: nvidia-smi printed no NIC column,
+    // and neither do we. Asked for every network function, it is there.
+    assert!(
+        !smi.labels.iter().any(|l| l.starts_with("NIC")),
+        "nvidia-smi listed a NIC"
+    );
+    assert!(report.nics.is_empty(), "NIC rows: {:?}", report.nics);
+    let all = TopoReport::build_with(
+        &topo,
+        &GpuSelector::Nvidia,
+        "fixture",
+        p2p_shared::report::NicRows::AllNetwork,
+    );
+    assert_eq!(all.nics.len(), 1);
+    assert_eq!(all.nics[0].bdf.to_string(), "0000:00:03.0");
+    assert!(all.nics[0].rdma_devices.is_empty());
     assert!(report.nvswitches.is_empty());
     assert!(report.notes.is_empty(), "notes: {:?}", report.notes);
 }
@@ -159,7 +172,8 @@ fn cli_json_has_the_documented_schema() {
     assert_eq!(v["pairs"][0]["route"]["kind"], "root_complex");
     assert_eq!(
         v["matrix"]["labels"],
-        serde_json::json!(["GPU0", "GPU1", "NIC0"])
+        serde_json::json!(["GPU0", "GPU1"]),
+        "no NIC column: the virtio NIC has no RDMA device (as in nvidia-smi)"
     );
 
     // The text form carries the same matrix and nvidia-smi's legend.
@@ -181,7 +195,7 @@ fn cli_json_has_the_documented_schema() {
         .unwrap()
         .split_whitespace()
         .collect();
-    assert_eq!(first[..4], ["GPU0", "X", "NV18", "PHB"]);
+    assert_eq!(first[..4], ["GPU0", "X", "NV18", "0-31"]);
     assert!(r
         .stdout
         .contains("NV#  = Connection traversing a bonded set of # NVLinks"));

@@ -464,6 +464,38 @@ fn docs_examples_are_real_output() {
     for (file, args) in [
         ("plan-two-socket.txt", &[][..]),
         ("plan-two-socket-qemu.txt", &["--emit", "qemu"][..]),
+        (
+            "plan-two-socket-mirror-qemu.txt",
+            &[
+                "--guest-topology",
+                "mirror",
+                "--emit",
+                "qemu",
+                "--nccl-topo-path",
+                "/var/lib/vp2p/{vm}.nccl-topo.xml",
+            ][..],
+        ),
+        (
+            "plan-two-socket-mirror-libvirt.xml",
+            &[
+                "--guest-topology",
+                "mirror",
+                "--emit",
+                "libvirt",
+                "--nccl-topo-path",
+                "/var/lib/vp2p/{vm}.nccl-topo.xml",
+                "--libvirt-first-index",
+                "10",
+            ][..],
+        ),
+        (
+            "nccl-topo-two-socket-mirror.xml",
+            &["--guest-topology", "mirror", "--emit", "nccl-topo"][..],
+        ),
+        (
+            "nccl-topo-two-socket-flat.xml",
+            &["--emit", "nccl-topo"][..],
+        ),
     ] {
         let path = examples.join(file);
         let saved =

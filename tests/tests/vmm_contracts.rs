@@ -359,7 +359,7 @@ fn plan_refuses_bad_input() {
         ),
         (
             &["--vm", "a=0000:00:03.0"],
-            "0000:00:03.0 (vendor 0x1af4, class 0x020000) is not a GPU",
+            "0000:00:03.0 is a network function without an RDMA device",
         ),
         (&["--max-level", "nv18"], "max level must be a PCIe class"),
         (&["--vm", "bad name=0000:00:06.0"], "a VM name is letters"),

@@ -62,18 +62,22 @@ fn controller_indexes(guest: &GuestTopology, first: u32) -> BTreeMap<String, u32
 fn controllers(guest: &GuestTopology, idx: &BTreeMap<String, u32>) -> String {
     let mut out = String::new();
     for rc in &guest.root_complexes {
-        let node = rc
-            .numa_node
-            .map_or(String::new(), |n| format!("\n    <node>{n}</node>\n  "));
+        let target = match rc.numa_node {
+            Some(n) => format!(
+                "<target busNr='{}'>\n    <node>{n}</node>\n  </target>",
+                rc.bus_nr
+            ),
+            None => format!("<target busNr='{}'/>", rc.bus_nr),
+        };
         let _ = write!(
             out,
             "<controller type='pci' index='{}' model='pcie-expander-bus'>\n  \
              <model name='pxb-pcie'/>\n  \
-             <target busNr='{}'>{node}</target>\n  \
+             {target}\n  \
              <alias name='{}'/>\n  \
              <address type='pci' domain='0x0000' bus='0x00' slot='{:#04x}' function='0x0'/>\n\
              </controller>\n",
-            idx[&rc.id], rc.bus_nr, rc.id, rc.slot
+            idx[&rc.id], rc.id, rc.slot
         );
     }
     for p in &guest.ports {
