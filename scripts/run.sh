@@ -21,5 +21,6 @@ if [ "$has_gpu" = yes ]; then
 fi
 tree=tests/fixtures/qemu-11.1-two-socket-iommu-on
 echo "note: this machine has no NVIDIA GPU; showing the bundled tree $tree" >&2
-echo "note: (two sockets, PCIe switches, intel-iommu on; GPUs stand in as NVMe, --gpu-class 0108)" >&2
-exec "$bin" topo --sysfs-root "$tree" --gpu-class 0108 "$@"
+echo "note: (two sockets, PCIe switches, intel-iommu on; GPUs stand in as NVMe, --gpu-class 0108;" >&2
+echo "note:  its e1000e has no RDMA device, so it is a NIC row only with --all-nics)" >&2
+exec "$bin" topo --sysfs-root "$tree" --gpu-class 0108 --all-nics "$@"

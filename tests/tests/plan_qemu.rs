@@ -511,3 +511,31 @@ fn docs_examples_are_real_output() {
         );
     }
 }
+
+/// docs/examples/topo-two-socket.txt is what `bash scripts/run.sh` prints on a
+/// machine without a GPU (the bundled tree, every network function a NIC row).
+#[test]
+fn topo_example_is_real_output() {
+    let path = repo_root().join("docs/examples/topo-two-socket.txt");
+    let saved =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let r = run(
+        "p2p-host",
+        &[
+            "topo",
+            "--sysfs-root",
+            &root(TWO_SOCKET),
+            "--gpu-class",
+            "0108",
+            "--all-nics",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        saved == r.stdout,
+        "{} is stale; regenerate it with\n  p2p-host topo --sysfs-root tests/fixtures/{TWO_SOCKET} \
+         --gpu-class 0108 --all-nics > docs/examples/topo-two-socket.txt\n--- saved\n{saved}\n--- now\n{}",
+        path.display(),
+        r.stdout
+    );
+}

@@ -112,7 +112,7 @@ fn guest_of(
         GuestLayout::Flat => guest_layout::flat(topo, &devices),
         GuestLayout::Mirror => guest_layout::mirror(topo, &devices),
     };
-    Ok(g.with_context(|| format!("VM {}: guest topology", plan.vm))?)
+    g.with_context(|| format!("VM {}: guest topology", plan.vm))
 }
 
 impl PlanArgs {

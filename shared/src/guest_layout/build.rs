@@ -205,7 +205,9 @@ impl Placer<'_> {
         Ok(c as u8)
     }
 
-    fn new_id(&mut self, kind: PortKind, parent_switch: Option<(&str, usize)>) -> String {
+    /// Ids: `ua-vp2p-rpN` and `ua-vp2p-swN` counted in the VM, a downstream
+    /// port named after its switch and slot (`ua-vp2p-sw0d1`).
+    fn new_id(&mut self, kind: PortKind, parent: &str, slot: u8) -> String {
         match kind {
             PortKind::RootPort => {
                 self.root_ports += 1;
@@ -215,10 +217,7 @@ impl Placer<'_> {
                 self.switches += 1;
                 format!("ua-vp2p-sw{}", self.switches - 1)
             }
-            PortKind::SwitchDownstream => {
-                let (up, j) = parent_switch.expect("downstream ports sit below an upstream port");
-                format!("{up}d{j}")
-            }
+            PortKind::SwitchDownstream => format!("{parent}d{slot}"),
         }
     }
 
@@ -251,12 +250,11 @@ impl Placer<'_> {
         node: &HostPort,
         kind: PortKind,
         parent: &str,
-        sibling: Option<(&str, usize)>,
         bus: u8,
         slot: u8,
     ) -> Result<(), LayoutError> {
         self.check_kind(host, kind);
-        let id = self.new_id(kind, sibling);
+        let id = self.new_id(kind, parent, slot);
         let chassis = if kind.is_slot() {
             Some(self.take_chassis()?)
         } else {
@@ -302,7 +300,6 @@ impl Placer<'_> {
                         child,
                         PortKind::SwitchDownstream,
                         &id,
-                        Some((&id, j)),
                         secondary,
                         j as u8,
                     )?;
@@ -325,7 +322,7 @@ impl Placer<'_> {
                     });
                 }
                 for (h, child) in &node.ports {
-                    self.port(*h, child, PortKind::SwitchUpstream, &id, None, secondary, 0)?;
+                    self.port(*h, child, PortKind::SwitchUpstream, &id, secondary, 0)?;
                 }
                 self.functions(&node.devices, &id, host, secondary)?;
             }
@@ -364,7 +361,7 @@ impl Placer<'_> {
         bus: u8,
         slot: u8,
     ) -> Result<(), LayoutError> {
-        let id = self.new_id(PortKind::RootPort, None);
+        let id = self.new_id(PortKind::RootPort, parent, slot);
         let chassis = Some(self.take_chassis()?);
         let secondary = self.take_bus()?;
         let first = self.devices[group[0]].host;
@@ -496,7 +493,7 @@ pub fn mirror(topo: &Topology, devices: &[VmDevice]) -> Result<GuestTopology, La
             });
         }
         for (s, (h, node)) in rc.ports.iter().enumerate() {
-            p.port(*h, node, PortKind::RootPort, &id, None, bus_nr, s as u8)?;
+            p.port(*h, node, PortKind::RootPort, &id, bus_nr, s as u8)?;
         }
         for (s, group) in bare.values().enumerate() {
             p.bare(group, &id, bus_nr, (rc.ports.len() + s) as u8)?;

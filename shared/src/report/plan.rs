@@ -122,12 +122,13 @@ fn render_guest(g: &GuestTopology) -> String {
         for rc in &g.root_complexes {
             t.row([
                 rc.id.clone(),
-                "pxb-pcie".into(),
+                rc.numa_node.map_or("pxb-pcie (no NUMA node)".into(), |n| {
+                    format!("pxb-pcie (NUMA {n})")
+                }),
                 rc.host.clone(),
                 format!("bus {:#04x}", rc.bus_nr),
                 format!("{:#04x}-{:#04x}", rc.bus_nr, rc.last_bus),
-                rc.numa_node
-                    .map_or("numa -".into(), |n| format!("numa {n}")),
+                "-".into(),
             ]);
         }
         for p in &g.ports {
