@@ -167,13 +167,7 @@ fn numa_comment(guest: &GuestTopology) -> String {
         "<!-- The domain's <cpu> must define these guest NUMA cells\n     (<numa><cell id='N' cpus='...' memory='...'/></numa>), each cell's vCPUs pinned\n     (<cputune><vcpupin>) to the host CPUs named:\n",
     );
     for n in &guest.numa_nodes {
-        let _ = writeln!(
-            out,
-            "       cell {} <- host node {} (host CPUs {})",
-            n.guest,
-            n.host,
-            n.host_cpus.as_deref().unwrap_or("unknown")
-        );
+        let _ = writeln!(out, "       cell {n}");
     }
     out.push_str("-->\n");
     out

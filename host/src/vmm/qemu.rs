@@ -58,13 +58,7 @@ fn numa_comment(guest: &GuestTopology) -> String {
          # -numa cpu,node-id=N,...), each node's vCPUs pinned to the host CPUs named:\n",
     );
     for n in &guest.numa_nodes {
-        let _ = writeln!(
-            out,
-            "#   guest node {} <- host node {} (host CPUs {})",
-            n.guest,
-            n.host,
-            n.host_cpus.as_deref().unwrap_or("unknown")
-        );
+        let _ = writeln!(out, "#   guest node {n}");
     }
     out
 }

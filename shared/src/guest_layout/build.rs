@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::link::{qemu_width_valid, LinkSpeed};
+use super::link::{max_or_current, qemu_width_valid};
 use super::{
     DeviceRole, GuestDevice, GuestLayout, GuestLink, GuestNumaNode, GuestPort, GuestRootComplex,
     GuestTopology, LayoutError, PortKind,
@@ -170,19 +170,8 @@ struct Placer<'a> {
 
 /// The link a mirrored port carries: the host function's maximum, else current.
 fn host_link(link: &LinkInfo) -> Option<GuestLink> {
-    let speed = link
-        .max_speed
-        .as_deref()
-        .and_then(LinkSpeed::from_sysfs)
-        .or_else(|| {
-            link.current_speed
-                .as_deref()
-                .and_then(LinkSpeed::from_sysfs)
-        })?;
-    let width = link
-        .max_width
-        .filter(|w| qemu_width_valid(*w))
-        .or(link.current_width.filter(|w| qemu_width_valid(*w)))?;
+    let (speed, width) = max_or_current(link);
+    let (speed, width) = (speed?, width.filter(|w| qemu_width_valid(*w))?);
     Some(GuestLink { speed, width })
 }
 
@@ -243,17 +232,16 @@ impl Placer<'_> {
         }
     }
 
-    /// Places a port (and everything below it) at `bus`:`slot`.
-    fn port(
+    /// Adds a port at `bus`:`slot` mirroring `host` (None: invented), whose
+    /// link is that of `link_from`; returns its id and secondary bus.
+    fn add_port(
         &mut self,
-        host: Bdf,
-        node: &HostPort,
         kind: PortKind,
+        host: Option<Bdf>,
+        link_from: Bdf,
         parent: &str,
-        bus: u8,
-        slot: u8,
-    ) -> Result<(), LayoutError> {
-        self.check_kind(host, kind);
+        (bus, slot): (u8, u8),
+    ) -> Result<(String, u8), LayoutError> {
         let id = self.new_id(kind, parent, slot);
         let chassis = if kind.is_slot() {
             Some(self.take_chassis()?)
@@ -261,11 +249,14 @@ impl Placer<'_> {
             None
         };
         let secondary = self.take_bus()?;
-        let link = self.topo.function(host).and_then(|f| host_link(&f.link));
+        let link = self
+            .topo
+            .function(link_from)
+            .and_then(|f| host_link(&f.link));
         self.ports.push(GuestPort {
             id: id.clone(),
             kind,
-            host: Some(host),
+            host,
             parent: parent.to_string(),
             guest: Bdf {
                 domain: 0,
@@ -277,6 +268,21 @@ impl Placer<'_> {
             chassis,
             link,
         });
+        Ok((id, secondary))
+    }
+
+    /// Places a port (and everything below it) at `bus`:`slot`.
+    fn port(
+        &mut self,
+        host: Bdf,
+        node: &HostPort,
+        kind: PortKind,
+        parent: &str,
+        bus: u8,
+        slot: u8,
+    ) -> Result<(), LayoutError> {
+        self.check_kind(host, kind);
+        let (id, secondary) = self.add_port(kind, Some(host), host, parent, (bus, slot))?;
         match kind {
             PortKind::SwitchUpstream => {
                 if !node.devices.is_empty() {
@@ -361,26 +367,9 @@ impl Placer<'_> {
         bus: u8,
         slot: u8,
     ) -> Result<(), LayoutError> {
-        let id = self.new_id(PortKind::RootPort, parent, slot);
-        let chassis = Some(self.take_chassis()?);
-        let secondary = self.take_bus()?;
         let first = self.devices[group[0]].host;
-        let link = self.topo.function(first).and_then(|f| host_link(&f.link));
-        self.ports.push(GuestPort {
-            id: id.clone(),
-            kind: PortKind::RootPort,
-            host: None,
-            parent: parent.to_string(),
-            guest: Bdf {
-                domain: 0,
-                bus,
-                device: slot,
-                function: 0,
-            },
-            secondary_bus: secondary,
-            chassis,
-            link,
-        });
+        let (id, secondary) =
+            self.add_port(PortKind::RootPort, None, first, parent, (bus, slot))?;
         self.notes.push(format!(
             "{first}: on its host bridge's bus with no root port; given an invented root port {id}"
         ));

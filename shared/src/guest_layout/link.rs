@@ -86,6 +86,25 @@ impl fmt::Display for LinkSpeed {
     }
 }
 
+/// A function's link as the guest should see it: the maximum sysfs reports
+/// (what NCCL reads), else the current one; a width of 0 counts as unknown.
+pub fn max_or_current(link: &crate::topology::LinkInfo) -> (Option<LinkSpeed>, Option<u8>) {
+    let speed = link
+        .max_speed
+        .as_deref()
+        .and_then(LinkSpeed::from_sysfs)
+        .or_else(|| {
+            link.current_speed
+                .as_deref()
+                .and_then(LinkSpeed::from_sysfs)
+        });
+    let width = link
+        .max_width
+        .filter(|w| *w > 0)
+        .or(link.current_width.filter(|w| *w > 0));
+    (speed, width)
+}
+
 /// Whether QEMU's `x-width` (PCIELinkWidth) takes `width`.
 pub fn qemu_width_valid(width: u8) -> bool {
     matches!(width, 1 | 2 | 4 | 8 | 12 | 16 | 32)

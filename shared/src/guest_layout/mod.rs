@@ -18,12 +18,14 @@
 mod build;
 mod link;
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::bdf::Bdf;
 
 pub use build::{flat, mirror, VmDevice};
-pub use link::LinkSpeed;
+pub use link::{max_or_current, LinkSpeed};
 
 /// How the guest's PCIe tree is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -96,6 +98,19 @@ pub struct GuestNumaNode {
     pub host: u32,
     /// The host node's CPUs, to pin this node's vCPUs to.
     pub host_cpus: Option<String>,
+}
+
+impl fmt::Display for GuestNumaNode {
+    /// `0 <- host node 1 (host CPUs 16-31)`: one line of the NUMA requirement.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} <- host node {} (host CPUs {})",
+            self.guest,
+            self.host,
+            self.host_cpus.as_deref().unwrap_or("unknown")
+        )
+    }
 }
 
 /// A guest host bridge (`pxb-pcie`) standing for one host root complex.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::{NcclCpu, NcclPci, NcclSystem, BRIDGE_CLASS};
 use crate::bdf::Bdf;
-use crate::guest_layout::{GuestLayout, GuestTopology, LinkSpeed, PortKind};
+use crate::guest_layout::{max_or_current, GuestLayout, GuestTopology, LinkSpeed, PortKind};
 use crate::pci::PciePortType;
 use crate::topology::{LinkInfo, PciFunction, Topology};
 
@@ -21,16 +21,7 @@ fn invented_busid(bus: u8, k: usize) -> Bdf {
 }
 
 fn link_of(link: &LinkInfo) -> (Option<String>, Option<u8>) {
-    let speed = link
-        .max_speed
-        .as_deref()
-        .and_then(LinkSpeed::from_sysfs)
-        .or_else(|| {
-            link.current_speed
-                .as_deref()
-                .and_then(LinkSpeed::from_sysfs)
-        });
-    let width = link.max_width.filter(|w| *w > 0).or(link.current_width);
+    let (speed, width) = max_or_current(link);
     (speed.map(|s| s.sysfs().to_string()), width)
 }
 

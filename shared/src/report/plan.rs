@@ -145,13 +145,7 @@ fn render_guest(g: &GuestTopology) -> String {
         out.push_str(&t.render());
     }
     for n in &g.numa_nodes {
-        let _ = writeln!(
-            out,
-            "  guest NUMA node {} = host node {} (CPUs {})",
-            n.guest,
-            n.host,
-            n.host_cpus.as_deref().unwrap_or("unknown")
-        );
+        let _ = writeln!(out, "  guest NUMA node {n}");
     }
     for n in &g.notes {
         let _ = writeln!(out, "  note: {n}");
