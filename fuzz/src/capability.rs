@@ -29,10 +29,9 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
         Ok(cap) => {
             ensure!(signed, "{cap:?} decoded from bytes without the signature");
             ensure!(cap.clique.id() <= MAX_CLIQUE, "clique {}", cap.clique);
-            // Everything but bit 7 of +6 (outside the clique field) survives a round trip.
+            // Every byte survives a round trip: reserved bits are refused, not masked.
             let mut expect = [0u8; 8];
             expect.copy_from_slice(&bytes[..8]);
-            expect[6] &= 0x7f;
             let enc = cap.encode();
             ensure!(
                 enc == expect,
@@ -90,7 +89,15 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
                         && r == bytes[7]
                         && r != 0
                 }
-                CapabilityError::CliqueOutOfRange(_) => false,
+                CapabilityError::ReservedBitSet(b) => {
+                    signed
+                        && bytes[2] == P2P_CAP_LEN
+                        && bytes[6] & 7 == P2P_VERSION
+                        && bytes[7] == 0
+                        && b == bytes[6]
+                        && b & 0x80 != 0
+                }
+                CapabilityError::CliqueOutOfRange(_) | CapabilityError::NotBts(_) => false,
             };
             ensure!(ok, "{e:?} for {bytes:02x?}");
         }

@@ -230,6 +230,7 @@ mod tests {
             class: 0x030200,
             config_len: 4096,
             capability: cap,
+            bts: None,
         }
     }
 

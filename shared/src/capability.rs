@@ -5,6 +5,10 @@
 //! +0 0x09 (vendor-specific)  +1 next  +2 0x08 (length)  +3 'P'  +4 '2'  +5 'P'
 //! +6 clique << 3 (bits 6:3 clique 0..15, bits 2:0 version 0)  +7 0x00
 //! ```
+//!
+//! Since driver 580.65 NVIDIA defines a second virtual capability, BTS
+//! ([`BtsCapability`]): the same vendor-specific id and length, signature
+//! "BTS" at +3..+6, and bit 0 of +6 enabling PCIe egress poison.
 
 use std::fmt;
 
@@ -80,6 +84,10 @@ pub enum CapabilityError {
     UnsupportedVersion(u8),
     #[error("reserved byte +7 is {0:#04x}, must be 0")]
     ReservedNonZero(u8),
+    #[error("reserved bit 7 of byte +6 is set ({0:#04x}): not a capability vp2p or a VMM writes")]
+    ReservedBitSet(u8),
+    #[error("signature {0:02x?} is not 'BTS' (42 54 53)")]
+    NotBts([u8; 3]),
 }
 
 /// A decoded P2P clique capability and the next pointer it carried.
@@ -142,7 +150,12 @@ impl P2pCapability {
         if b[7] != 0 {
             return Err(CapabilityError::ReservedNonZero(b[7]));
         }
-        // Bit 7 of +6 is outside the clique field; the driver masks it, so do we.
+        // Bit 7 of +6 lies outside the clique field. The driver may mask it,
+        // but no VMM sets it: a capability with it set was not written by one,
+        // so it is reported, not silently read as a clique.
+        if b[6] & 0x80 != 0 {
+            return Err(CapabilityError::ReservedBitSet(b[6]));
+        }
         let clique = Clique((b[6] >> 3) & 0xf);
         Ok(Self { clique, next: b[1] })
     }
@@ -151,6 +164,51 @@ impl P2pCapability {
     /// its other bytes: the test that tells the P2P capability from other vendor ones.
     pub fn has_signature(bytes: &[u8]) -> bool {
         bytes.len() >= 6 && bytes[0] == VENDOR_SPECIFIC_ID && bytes[3..6] == P2P_SIGNATURE
+    }
+}
+
+/// The signature bytes of the driver's BTS capability at +3..+6 (0x535442).
+pub const BTS_SIGNATURE: [u8; 3] = *b"BTS";
+
+/// NVIDIA's second virtual capability (driver 580.65 and later), found by the
+/// same list walk; the overlay keeps it intact and `probe` decodes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BtsCapability {
+    /// Bit 0 of the upper 16 bits: PCIe egress poison enable.
+    pub egress_poison: bool,
+    /// The upper 16 bits as found (+6, +7 little-endian).
+    pub upper: u16,
+    pub next: u8,
+}
+
+impl BtsCapability {
+    /// True when vendor-specific bytes carry the BTS signature.
+    pub fn has_signature(bytes: &[u8]) -> bool {
+        bytes.len() >= 6 && bytes[0] == VENDOR_SPECIFIC_ID && bytes[3..6] == BTS_SIGNATURE
+    }
+
+    /// Decodes a BTS capability at the start of `bytes`.
+    pub fn decode(bytes: &[u8]) -> Result<Self, CapabilityError> {
+        let b: &[u8; 8] = bytes
+            .get(..8)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(CapabilityError::Truncated(bytes.len()))?;
+        if b[0] != VENDOR_SPECIFIC_ID {
+            return Err(CapabilityError::NotVendorSpecific(b[0]));
+        }
+        let sig = [b[3], b[4], b[5]];
+        if sig != BTS_SIGNATURE {
+            return Err(CapabilityError::NotBts(sig));
+        }
+        if b[2] < P2P_CAP_LEN {
+            return Err(CapabilityError::BadLength(b[2]));
+        }
+        let upper = u16::from_le_bytes([b[6], b[7]]);
+        Ok(Self {
+            egress_poison: upper & 1 == 1,
+            upper,
+            next: b[1],
+        })
     }
 }
 
@@ -201,6 +259,41 @@ mod tests {
             P2pCapability::decode(&good[..7]),
             Err(CapabilityError::Truncated(7))
         );
+        // Reserved bits are reported, not masked.
+        let mut b = good;
+        b[6] |= 0x80;
+        assert_eq!(
+            P2pCapability::decode(&b),
+            Err(CapabilityError::ReservedBitSet(b[6]))
+        );
+        let mut b = good;
+        b[7] = 1;
+        assert_eq!(
+            P2pCapability::decode(&b),
+            Err(CapabilityError::ReservedNonZero(1))
+        );
+    }
+
+    #[test]
+    fn bts_decodes_its_poison_bit() {
+        // DW1 = upper << 16 | 0x5354 with 'B' at +3: signature 0x535442.
+        let bytes = [0x09, 0x00, 0x08, 0x42, 0x54, 0x53, 0x01, 0x00];
+        assert_eq!(
+            u32::from_le_bytes([bytes[3], bytes[4], bytes[5], 0]),
+            0x535442
+        );
+        let bts = BtsCapability::decode(&bytes).unwrap();
+        assert!(bts.egress_poison);
+        assert_eq!(bts.upper, 1);
+        assert!(BtsCapability::has_signature(&bytes));
+        assert!(!P2pCapability::has_signature(&bytes));
+        let off = [0x09, 0xc8, 0x08, 0x42, 0x54, 0x53, 0x00, 0x00];
+        assert!(!BtsCapability::decode(&off).unwrap().egress_poison);
+        let p2p = P2pCapability::new(Clique::new(1).unwrap(), 0).encode();
+        assert!(matches!(
+            BtsCapability::decode(&p2p),
+            Err(CapabilityError::NotBts(_))
+        ));
     }
 
     proptest! {
@@ -213,11 +306,9 @@ mod tests {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..16)) {
             if let Ok(cap) = P2pCapability::decode(&bytes) {
-                // Everything but bit 7 of +6, which lies outside the clique field, survives.
-                let mut expect = [0u8; 8];
-                expect.copy_from_slice(&bytes[..8]);
-                expect[6] &= 0x7f;
-                prop_assert_eq!(cap.encode(), expect);
+                // A capability that decodes re-encodes to exactly its bytes:
+                // nothing is masked away.
+                prop_assert_eq!(&cap.encode()[..], &bytes[..8]);
             }
         }
     }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::hypervisor::HypervisorInfo;
 use super::nvml::{GpuLinks, NvLinkView};
-use super::sysfs::{CapabilityState, GuestGpu};
+use super::sysfs::{BtsState, CapabilityState, GuestGpu};
 use crate::decide::{self, CudaPeer, Flag, PairFacts, PeerDecision, Verdict};
 
 /// Schema tag carried in every probe report.
@@ -26,6 +26,9 @@ pub struct ProbeGpu {
     pub capability: CapabilityState,
     /// The clique the driver would read, or null.
     pub clique: Option<u8>,
+    /// The driver's BTS capability, when present.
+    #[serde(default)]
+    pub bts: Option<BtsState>,
     /// CUDA ordinal, when CUDA is available and sees the GPU.
     pub cuda_ordinal: Option<usize>,
     pub nvlink: Option<GpuLinks>,
@@ -138,6 +141,7 @@ impl ProbeReport {
                 config_len: g.config_len,
                 clique: g.capability.clique().map(|c| c.id()),
                 capability: g.capability,
+                bts: g.bts,
                 cuda_ordinal: ordinal(g.bdf),
                 nvlink: nvlink.gpus.iter().find(|l| l.bdf == g.bdf).cloned(),
             })
@@ -190,6 +194,14 @@ impl ProbeReport {
                     format!("invalid at {offset:#04x}: {why}")
                 }
                 CapabilityState::Unreadable { why } => format!("unreadable: {why}"),
+            };
+            let cap = match &g.bts {
+                Some(b) => format!(
+                    "{cap}; BTS at {:#04x} (egress poison {})",
+                    b.offset,
+                    if b.egress_poison { "on" } else { "off" }
+                ),
+                None => cap,
             };
             let nv = g.nvlink.as_ref().map_or_else(
                 || "-".into(),

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use p2p_shared::capability::{P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
+use p2p_shared::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
 use p2p_shared::pci::{ConfigSpace, CONFIG_LEGACY_LEN};
 use p2p_shared::select::NVIDIA_VENDOR;
 use p2p_shared::{Bdf, Clique};
@@ -52,6 +52,35 @@ pub struct GuestGpu {
     pub class: u32,
     pub config_len: usize,
     pub capability: CapabilityState,
+    /// The driver's BTS capability (driver 580.65+), when the hypervisor added one.
+    pub bts: Option<BtsState>,
+}
+
+/// A BTS capability found in the list, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BtsState {
+    pub offset: u8,
+    /// Bit 0 of its upper 16 bits: PCIe egress poison enable.
+    pub egress_poison: bool,
+    /// The upper 16 bits as found.
+    pub upper: u16,
+}
+
+/// Finds and decodes the BTS capability in raw config bytes.
+pub fn bts_state(raw: &[u8]) -> Option<BtsState> {
+    let cs = ConfigSpace::new(raw).ok()?;
+    let caps = cs.capabilities().ok()?;
+    caps.iter()
+        .filter(|c| c.id == VENDOR_SPECIFIC_ID)
+        .find_map(|c| {
+            let bytes = raw.get(usize::from(c.offset)..)?;
+            let b = BtsCapability::decode(bytes).ok()?;
+            Some(BtsState {
+                offset: c.offset,
+                egress_poison: b.egress_poison,
+                upper: b.upper,
+            })
+        })
 }
 
 /// Finds the P2P capability in raw config bytes.
@@ -168,6 +197,7 @@ pub fn scan_gpus(root: &Path) -> Result<Vec<GuestGpu>, ProbeError> {
             class,
             config_len: raw.len(),
             capability: capability_state(&raw),
+            bts: bts_state(&raw),
         });
     }
     gpus.sort_by_key(|g| g.bdf);
@@ -215,5 +245,26 @@ mod tests {
         assert!(
             matches!(capability_state(&raw[..64]), CapabilityState::Unreadable { why } if why.contains("64 bytes"))
         );
+        assert_eq!(bts_state(&raw), None);
+    }
+
+    #[test]
+    fn bts_is_decoded_beside_the_p2p_capability() {
+        // P2P at 0xc8 linked to BTS at 0xd4 with egress poison on.
+        let mut raw =
+            config_with_vendor_cap(P2pCapability::new(Clique::new(2).unwrap(), 0xd4).encode());
+        raw[0xd4..0xdc].copy_from_slice(&[0x09, 0x00, 0x08, b'B', b'T', b'S', 0x01, 0x00]);
+        assert_eq!(
+            bts_state(&raw),
+            Some(BtsState {
+                offset: 0xd4,
+                egress_poison: true,
+                upper: 1
+            })
+        );
+        assert!(matches!(
+            capability_state(&raw),
+            CapabilityState::Present { offset: 0xc8, .. }
+        ));
     }
 }

@@ -24,6 +24,10 @@ pub struct InjectArgs {
     /// Accept a function that is not an NVIDIA display controller.
     #[arg(long)]
     allow_non_nvidia: bool,
+    /// When 0xC8 and 0xD4 are both occupied, use the first free dword from
+    /// 0x40 (neither QEMU nor Cloud Hypervisor would; refused by default).
+    #[arg(long)]
+    any_offset: bool,
     /// Print the placement as JSON (schema vp2p.inject/1).
     #[arg(long)]
     json: bool,
@@ -50,6 +54,7 @@ pub fn run(args: InjectArgs) -> anyhow::Result<()> {
     let physical = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
     let options = OverlayOptions {
         allow_non_nvidia: args.allow_non_nvidia,
+        any_offset: args.any_offset,
     };
     let overlay = ConfigOverlay::new(&physical, clique, options)
         .with_context(|| format!("{}: cannot place the P2P capability", input.display()))?;
@@ -132,6 +137,13 @@ fn render_text(r: &InjectReport<'_>) -> String {
             let label = if i == 0 { "rejected" } else { "" };
             let _ = writeln!(s, "{label:<12}{rej}");
         }
+    }
+    if let Some(bts) = p.bts_offset {
+        let _ = writeln!(
+            s,
+            "{:<12}the driver's BTS capability at {bts:#04x}, kept intact",
+            "kept"
+        );
     }
     if !r.patches.is_empty() {
         let _ = writeln!(s, "{:<12}{:<8}{:<12}value", "patches", "dword", "mask");

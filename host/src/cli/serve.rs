@@ -18,7 +18,7 @@ use p2p_shared::Clique;
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// A GPU to serve (repeat for several, one socket each):
-    /// socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia].
+    /// socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia][,any-offset].
     /// config is a captured config space (sysfs `config` read as root); BAR
     /// sizes come from the sysfs `resource` file next to it unless resource=
     /// names one; max-bar=SIZE (e.g. 256M) serves larger memory BARs at SIZE.
@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Short form: accept a function that is not an NVIDIA display controller.
     #[arg(long, requires = "socket")]
     allow_non_nvidia: bool,
+    /// Short form: when 0xC8 and 0xD4 are both occupied, use the first free
+    /// dword from 0x40 (neither QEMU nor Cloud Hypervisor would).
+    #[arg(long, requires = "socket")]
+    any_offset: bool,
     /// Also print routine events: DMA maps and unmaps, resets.
     #[arg(short, long)]
     verbose: bool,
@@ -60,6 +64,7 @@ impl ServeArgs {
                 resource: self.resource.clone(),
                 max_bar: self.max_bar,
                 allow_non_nvidia: self.allow_non_nvidia,
+                any_offset: self.any_offset,
             });
         }
         if specs.is_empty() {
@@ -93,6 +98,7 @@ fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>>
     }
     let options = OverlayOptions {
         allow_non_nvidia: spec.allow_non_nvidia,
+        any_offset: spec.any_offset,
     };
     let served = ServedGpu::new(gpu, spec.clique, options)
         .with_context(|| format!("{name}: {}", spec.config.display()))?;

@@ -62,7 +62,15 @@ pub enum OverlayError {
         source: CapabilityError,
     },
 
-    /// Every dword-aligned 8-byte slot in 0x40..0x100 overlaps a capability.
+    /// 0xC8 and 0xD4 are both occupied and other offsets were not allowed.
+    #[error(
+        "no free slot at 0xc8 or 0xd4, the offsets QEMU and Cloud Hypervisor use: {}; \
+         another offset only when asked (--any-offset, or any-offset in serve's --gpu)",
+        summarize(.rejected)
+    )]
+    PreferredSlotsTaken { rejected: Vec<RejectedSlot> },
+
+    /// Every dword-aligned 8-byte slot in 0x40..0x100 is occupied.
     #[error("no free slot for the 8-byte P2P capability in 0x40..0x100: {}", summarize(.rejected))]
     NoFreeSlot { rejected: Vec<RejectedSlot> },
 
@@ -89,7 +97,7 @@ fn summarize(rejected: &[RejectedSlot]) -> String {
         .count();
     if others > 0 {
         parts.push(format!(
-            "and the {others} other dword-aligned slots from 0x40 to 0xf8 overlap capabilities"
+            "and the {others} other dword-aligned slots from 0x40 to 0xf8 are occupied"
         ));
     }
     parts.join("; ")

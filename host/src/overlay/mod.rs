@@ -87,9 +87,9 @@ pub use error::OverlayError;
 pub use patch::ConfigPatch;
 pub use physical::PhysicalConfig;
 pub use placement::{
-    candidate_slots, overlapping, BytePatch, LinkedAfter, Placement, PlacementAction, RejectedSlot,
-    CAP_POINTER_OFFSET, DISPLAY_BASE_CLASS, FALLBACK_OFFSET, NVIDIA_VENDOR_ID, PREFERRED_OFFSET,
-    STATUS_CAP_LIST, STATUS_OFFSET,
+    candidate_slots, conflict, overlapping, BytePatch, LinkedAfter, Placement, PlacementAction,
+    RejectedSlot, SlotConflict, CAP_POINTER_OFFSET, DISPLAY_BASE_CLASS, FALLBACK_OFFSET,
+    NVIDIA_VENDOR_ID, PREFERRED_OFFSET, STATUS_CAP_LIST, STATUS_OFFSET,
 };
 
 use patch::Owned;
@@ -99,6 +99,10 @@ use patch::Owned;
 pub struct OverlayOptions {
     /// Accept functions other than NVIDIA display controllers (tests, emulated devices).
     pub allow_non_nvidia: bool,
+    /// When 0xC8 and 0xD4 are both occupied, take the first free dword-aligned
+    /// slot from 0x40 instead of refusing (a place neither QEMU nor Cloud
+    /// Hypervisor would use; the driver finds it by walking the list).
+    pub any_offset: bool,
 }
 
 /// A device's config space with the P2P capability laid over it; see the module docs.

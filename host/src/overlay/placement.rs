@@ -1,10 +1,19 @@
-//! Where the capability goes, per DESIGN.md "The capability": last in the
-//! 0x34 list, at 0xC8 when its 8 bytes overlap no capability, else 0xD4, else
-//! the first free dword-aligned 8 bytes at or above 0x40.
+//! Where the capability goes, per docs/DESIGN.md "Placement": last in the 0x34
+//! list, at 0xC8 when its 8 bytes are all zero and overlap no capability, else
+//! 0xD4 on the same terms; the first free dword-aligned 8 bytes at or above
+//! 0x40 only when the operator asks ([`OverlayOptions::any_offset`]), since
+//! neither QEMU nor Cloud Hypervisor would put it there.
+//!
+//! "Occupied" means any non-zero byte, linked or not: Turing keeps an MSI-X
+//! structure at 0xC8 that is not in the list (the RTX 2080 Ti dump in the
+//! shared real-gpu-configs reads `11 00 05 00 00 00 b9 00` there), which is why
+//! NVIDIA's updated guidance, quoted in QEMU's vfio quirk, recommends 0xD4 for
+//! Turing and later. Since driver 580.65 a second virtual capability, BTS, may
+//! sit at 0xD4; the overlay never overwrites it and reports where it is.
 
 use std::fmt;
 
-use p2p_shared::capability::{P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
+use p2p_shared::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
 use p2p_shared::pci::{CapabilityEntry, ConfigSpace, CONFIG_HEADER_LEN, CONFIG_LEGACY_LEN};
 use p2p_shared::Clique;
 use serde::Serialize;
@@ -58,31 +67,64 @@ pub struct LinkedAfter {
     pub next: BytePatch,
 }
 
-/// A slot tried and rejected, with the capability its 8 bytes overlap.
+/// Why an 8-byte slot cannot take the capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum SlotConflict {
+    /// Its bytes overlap a capability of the list.
+    Overlaps { capability: CapabilityEntry },
+    /// No listed capability covers it, but its bytes are not all zero: an
+    /// unlinked structure (Turing's MSI-X at 0xC8) or data the device keeps.
+    NonZero { bytes: [u8; 8] },
+}
+
+/// A slot tried and rejected, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RejectedSlot {
     pub offset: u8,
-    pub overlaps: CapabilityEntry,
+    pub conflict: SlotConflict,
+}
+
+impl RejectedSlot {
+    /// The listed capability the slot overlaps, if that is why it was rejected.
+    pub fn overlaps(&self) -> Option<&CapabilityEntry> {
+        match &self.conflict {
+            SlotConflict::Overlaps { capability } => Some(capability),
+            SlotConflict::NonZero { .. } => None,
+        }
+    }
 }
 
 impl fmt::Display for RejectedSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.overlaps;
-        write!(
-            f,
-            "{:#04x}..{:#04x} overlaps capability {:#04x} at {:#04x}..{:#04x} ({} bytes, {})",
-            self.offset,
-            usize::from(self.offset) + usize::from(P2P_CAP_LEN),
-            c.id,
-            c.offset,
-            c.end(),
-            c.len,
-            match c.len_source {
-                p2p_shared::pci::LenSource::Spec => "length from the spec",
-                p2p_shared::pci::LenSource::SelfDescribed => "length it states",
-                p2p_shared::pci::LenSource::UpToNext => "unknown layout, up to the next capability",
+        let end = usize::from(self.offset) + usize::from(P2P_CAP_LEN);
+        match &self.conflict {
+            SlotConflict::Overlaps { capability: c } => write!(
+                f,
+                "{:#04x}..{end:#04x} overlaps capability {:#04x} at {:#04x}..{:#04x} ({} bytes, {})",
+                self.offset,
+                c.id,
+                c.offset,
+                c.end(),
+                c.len,
+                match c.len_source {
+                    p2p_shared::pci::LenSource::Spec => "length from the spec",
+                    p2p_shared::pci::LenSource::SelfDescribed => "length it states",
+                    p2p_shared::pci::LenSource::UpToNext =>
+                        "unknown layout, up to the next capability",
+                }
+            ),
+            SlotConflict::NonZero { bytes } => {
+                let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                write!(
+                    f,
+                    "{:#04x}..{end:#04x} holds non-zero bytes outside the list ({}): an \
+                     unlinked structure, such as Turing's MSI-X at 0xc8",
+                    self.offset,
+                    hex.join(" ")
+                )
             }
-        )
+        }
     }
 }
 
@@ -102,8 +144,12 @@ pub struct Placement {
     pub cap_pointer: Option<BytePatch>,
     /// The low status byte at 0x06, when its capability-list bit was clear.
     pub status: Option<BytePatch>,
-    /// Slots tried before `offset`, in order (0xC8, 0xD4, then upwards from 0x40).
+    /// Slots tried before `offset`, in order (0xC8, 0xD4, then upwards from 0x40):
+    /// why the capability moved.
     pub rejected: Vec<RejectedSlot>,
+    /// Offset of the driver's BTS capability (signature "BTS"), which the
+    /// overlay keeps intact, when the list has one.
+    pub bts_offset: Option<u8>,
 }
 
 impl Placement {
@@ -172,11 +218,12 @@ pub(super) fn plan(
                 cap_pointer: None,
                 status: None,
                 rejected: Vec::new(),
+                bts_offset: bts_offset(config, &caps),
             },
             owned: Owned::default(),
         });
     }
-    let (offset, rejected) = choose_slot(&caps)?;
+    let (offset, rejected) = choose_slot(config, &caps, options.any_offset)?;
     let capability = P2pCapability::new(clique, 0).encode();
     let mut owned = Owned::default();
     for (i, b) in capability.iter().enumerate() {
@@ -191,6 +238,7 @@ pub(super) fn plan(
         cap_pointer: None,
         status: None,
         rejected,
+        bts_offset: bts_offset(config, &caps),
     };
     match caps.last() {
         Some(last) => {
@@ -271,6 +319,14 @@ fn existing(
     Ok(same)
 }
 
+/// Where the list holds the driver's BTS capability, if it does.
+fn bts_offset(config: &[u8], caps: &[CapabilityEntry]) -> Option<u8> {
+    caps.iter()
+        .filter(|c| c.id == VENDOR_SPECIFIC_ID)
+        .find(|c| BtsCapability::has_signature(&cap_bytes(config, c.offset)))
+        .map(|c| c.offset)
+}
+
 /// The capability whose byte range overlaps the 8 bytes at `slot`, if any.
 pub fn overlapping(slot: u8, caps: &[CapabilityEntry]) -> Option<CapabilityEntry> {
     let (start, end) = (
@@ -293,14 +349,31 @@ pub fn candidate_slots() -> impl Iterator<Item = u8> {
     )
 }
 
-fn choose_slot(caps: &[CapabilityEntry]) -> Result<(u8, Vec<RejectedSlot>), OverlayError> {
+/// Why `slot` cannot take the capability, or None when it is free.
+pub fn conflict(config: &[u8], slot: u8, caps: &[CapabilityEntry]) -> Option<SlotConflict> {
+    if let Some(capability) = overlapping(slot, caps) {
+        return Some(SlotConflict::Overlaps { capability });
+    }
+    let bytes = cap_bytes(config, slot);
+    (bytes != [0; 8]).then_some(SlotConflict::NonZero { bytes })
+}
+
+fn choose_slot(
+    config: &[u8],
+    caps: &[CapabilityEntry],
+    any_offset: bool,
+) -> Result<(u8, Vec<RejectedSlot>), OverlayError> {
     let mut rejected = Vec::new();
     for slot in candidate_slots() {
-        match overlapping(slot, caps) {
+        let preferred = slot == PREFERRED_OFFSET || slot == FALLBACK_OFFSET;
+        if !preferred && !any_offset {
+            return Err(OverlayError::PreferredSlotsTaken { rejected });
+        }
+        match conflict(config, slot, caps) {
             None => return Ok((slot, rejected)),
-            Some(overlaps) => rejected.push(RejectedSlot {
+            Some(conflict) => rejected.push(RejectedSlot {
                 offset: slot,
-                overlaps,
+                conflict,
             }),
         }
     }

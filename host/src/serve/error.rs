@@ -9,11 +9,11 @@ use crate::overlay::OverlayError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     #[error(
-        "'{0}': want KEY=VALUE (keys: socket, config, clique, resource, max-bar, allow-non-nvidia)"
+        "'{0}': want KEY=VALUE (keys: socket, config, clique, resource, max-bar, allow-non-nvidia, any-offset)"
     )]
     NotKeyValue(String),
     #[error(
-        "unknown key '{0}' (keys: socket, config, clique, resource, max-bar, allow-non-nvidia)"
+        "unknown key '{0}' (keys: socket, config, clique, resource, max-bar, allow-non-nvidia, any-offset)"
     )]
     UnknownKey(String),
     #[error("'{0}' is given twice")]

@@ -1,4 +1,4 @@
-//! `--gpu socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia]`.
+//! `--gpu socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia][,any-offset]`.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -21,6 +21,8 @@ pub struct GpuSpec {
     pub max_bar: Option<u64>,
     /// Accept a function that is not an NVIDIA display controller.
     pub allow_non_nvidia: bool,
+    /// Place the capability at the first free dword when 0xC8 and 0xD4 are taken.
+    pub any_offset: bool,
 }
 
 /// Smallest `max-bar`: one page.
@@ -36,11 +38,12 @@ impl FromStr for GpuSpec {
         let mut resource = None;
         let mut max_bar = None;
         let mut allow_non_nvidia = false;
+        let mut any_offset = false;
         let mut seen: Vec<&str> = Vec::new();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (key, val) = match item.split_once('=') {
                 Some((k, v)) => (k.trim(), Some(v.trim())),
-                None if item == "allow-non-nvidia" => (item, None),
+                None if item == "allow-non-nvidia" || item == "any-offset" => (item, None),
                 None => return Err(SpecError::NotKeyValue(item.to_string())),
             };
             if seen.contains(&key) {
@@ -57,13 +60,8 @@ impl FromStr for GpuSpec {
                 "resource" => resource = Some(PathBuf::from(need()?)),
                 "clique" => clique = Some(parse_clique(need()?)?),
                 "max-bar" => max_bar = Some(parse_bar_size(need()?)?),
-                "allow-non-nvidia" => {
-                    allow_non_nvidia = match val {
-                        None | Some("true" | "on" | "yes" | "1") => true,
-                        Some("false" | "off" | "no" | "0") => false,
-                        Some(_) => return Err(SpecError::NotKeyValue(item.to_string())),
-                    }
-                }
+                "allow-non-nvidia" => allow_non_nvidia = flag(item, val)?,
+                "any-offset" => any_offset = flag(item, val)?,
                 other => return Err(SpecError::UnknownKey(other.to_string())),
             }
         }
@@ -74,7 +72,17 @@ impl FromStr for GpuSpec {
             resource,
             max_bar,
             allow_non_nvidia,
+            any_offset,
         })
+    }
+}
+
+/// A boolean key: bare, or `=true|on|yes|1` / `=false|off|no|0`.
+fn flag(item: &str, val: Option<&str>) -> Result<bool, SpecError> {
+    match val {
+        None | Some("true" | "on" | "yes" | "1") => Ok(true),
+        Some("false" | "off" | "no" | "0") => Ok(false),
+        Some(_) => Err(SpecError::NotKeyValue(item.to_string())),
     }
 }
 

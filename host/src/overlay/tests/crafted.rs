@@ -13,6 +13,15 @@ fn place(config: &[u8]) -> Result<ConfigOverlay, OverlayError> {
     ConfigOverlay::new(config, clique(2), OverlayOptions::default())
 }
 
+/// As the operator's `--any-offset` asks: past 0xD4 when both are taken.
+fn place_anywhere(config: &[u8]) -> Result<ConfigOverlay, OverlayError> {
+    let any = OverlayOptions {
+        any_offset: true,
+        ..Default::default()
+    };
+    ConfigOverlay::new(config, clique(2), any)
+}
+
 fn rejected(o: &ConfigOverlay) -> Vec<u8> {
     o.placement().rejected.iter().map(|r| r.offset).collect()
 }
@@ -23,13 +32,13 @@ fn c8_taken_goes_to_d4() {
     let o = place(&config).unwrap();
     assert_eq!(o.placement().offset, 0xd4);
     assert_eq!(rejected(&o), vec![0xc8]);
-    assert_eq!(o.placement().rejected[0].overlaps.offset, 0xc8);
+    assert_eq!(o.placement().rejected[0].overlaps().unwrap().offset, 0xc8);
     // Linked after the last in list order (0xc8), not the highest offset.
     assert_eq!(o.placement().pointer_offset(), Some(0xc9));
 }
 
 #[test]
-fn c8_and_d4_taken_goes_to_the_first_free_dword() {
+fn c8_and_d4_taken_is_refused_unless_any_offset() {
     // PM 0x40..0x48, MSI-X 0x48..0x54, PM at 0xc8 and 0xd4: 0x54 is the first free.
     let config = space(&[
         (0x40, PM.0, PM.1),
@@ -37,7 +46,16 @@ fn c8_and_d4_taken_goes_to_the_first_free_dword() {
         (0xc8, PM.0, PM.1),
         (0xd4, PM.0, PM.1),
     ]);
-    let o = place(&config).unwrap();
+    let err = place(&config).unwrap_err();
+    let OverlayError::PreferredSlotsTaken { rejected: tried } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(
+        tried.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        [0xc8, 0xd4]
+    );
+    assert!(err.to_string().contains("--any-offset"), "{err}");
+    let o = place_anywhere(&config).unwrap();
     assert_eq!(o.placement().offset, 0x54);
     assert_eq!(rejected(&o), vec![0xc8, 0xd4, 0x40, 0x44, 0x48, 0x4c, 0x50]);
     let v = read_all(&o, 256);
@@ -57,10 +75,8 @@ fn a_capability_at_c4_of_length_12_overlaps_c8() {
     let o = place(&config).unwrap();
     assert_eq!(o.placement().offset, 0xd4);
     let r = &o.placement().rejected[0];
-    assert_eq!(
-        (r.offset, r.overlaps.offset, r.overlaps.len),
-        (0xc8, 0xc4, 12)
-    );
+    let c = r.overlaps().unwrap();
+    assert_eq!((r.offset, c.offset, c.len), (0xc8, 0xc4, 12));
     assert!(r.to_string().contains("0xc4..0xd0"), "{r}");
     // The same with a vendor-specific capability stating length 12.
     let config = space(&[(0x40, PM.0, PM.1), (0xc4, 0x09, &[12])]);
@@ -72,10 +88,14 @@ fn unknown_layouts_are_conservative() {
     // An unknown capability last by offset runs to 0x100: 0xc8 and 0xd4 are
     // taken, so are 0x80.. up to it; the first free slot is below it.
     let config = space(&[(0x40, PM.0, PM.1), (0x80, 0x33, &[])]);
-    let o = place(&config).unwrap();
+    assert!(matches!(
+        place(&config),
+        Err(OverlayError::PreferredSlotsTaken { .. })
+    ));
+    let o = place_anywhere(&config).unwrap();
     assert_eq!(o.placement().offset, 0x48);
-    let r = &o.placement().rejected[0];
-    assert_eq!((r.overlaps.offset, r.overlaps.end()), (0x80, 0x100));
+    let r = o.placement().rejected[0].overlaps().unwrap();
+    assert_eq!((r.offset, r.end()), (0x80, 0x100));
 }
 
 #[test]
@@ -118,7 +138,7 @@ fn list_bit_set_but_empty_pointer_patches_only_the_pointer() {
 fn no_free_slot_is_an_error_naming_the_slots() {
     // An unknown capability at 0x40, last: its length runs to 0x100.
     let config = space(&[(0x40, 0x33, &[])]);
-    let err = place(&config).unwrap_err();
+    let err = place_anywhere(&config).unwrap_err();
     let OverlayError::NoFreeSlot { rejected } = &err else {
         panic!("{err:?}");
     };
@@ -174,6 +194,7 @@ fn non_nvidia_refused_unless_allowed() {
         assert!(err.to_string().contains("0x0b"), "{err}");
         let allow = OverlayOptions {
             allow_non_nvidia: true,
+            ..Default::default()
         };
         assert_eq!(
             ConfigOverlay::new(config, clique(2), allow)
@@ -252,4 +273,60 @@ fn from_physical_reads_the_device_and_lends_it() {
     let err =
         ConfigOverlay::from_physical(short, clique(0), OverlayOptions::default()).unwrap_err();
     assert!(matches!(err, OverlayError::ReadPhysical { .. }), "{err}");
+}
+
+#[test]
+fn unlinked_bytes_at_c8_move_it_to_d4_and_say_why() {
+    // Turing: MSI-X bytes at 0xc8 that the list does not link (RTX 2080 Ti dump).
+    let mut config = space(&[(0x60, PM.0, PM.1), (0x68, MSIX.0, MSIX.1)]);
+    config[0xc8..0xd0].copy_from_slice(&[0x11, 0x00, 0x05, 0x00, 0x00, 0x00, 0xb9, 0x00]);
+    let o = place(&config).unwrap();
+    assert_eq!(o.placement().offset, 0xd4);
+    let r = &o.placement().rejected[0];
+    assert_eq!(r.offset, 0xc8);
+    assert!(r.overlaps().is_none());
+    assert!(
+        r.to_string()
+            .contains("non-zero bytes outside the list (11 00 05 00 00 00 b9 00)"),
+        "{r}"
+    );
+    // One stray byte anywhere in the 8 is enough.
+    let mut config = space(&[(0x40, PM.0, PM.1)]);
+    config[0xcf] = 1;
+    assert_eq!(place(&config).unwrap().placement().offset, 0xd4);
+}
+
+#[test]
+fn the_drivers_bts_capability_is_kept() {
+    // BTS at 0xd4 (driver 580.65+ preference), linked last: 0xc8 is free.
+    let bts = [0x08, 0x42, 0x54, 0x53, 0x01, 0x00];
+    let config = space(&[(0x40, PM.0, PM.1), (0xd4, 0x09, &bts)]);
+    let o = place(&config).unwrap();
+    let p = o.placement();
+    assert_eq!((p.offset, p.bts_offset), (0xc8, Some(0xd4)));
+    let v = read_all(&o, 256);
+    // BTS keeps its bytes; only its next pointer, as the last in the list, now
+    // leads to the new capability.
+    assert_eq!(v[0xd4], config[0xd4]);
+    assert_eq!(v[0xd6..0xdc], config[0xd6..0xdc], "BTS bytes untouched");
+    assert_eq!(v[0xd5], 0xc8);
+    let caps = ConfigSpace::new(&v).unwrap().capabilities().unwrap();
+    assert_eq!(
+        caps.iter().map(|c| c.offset).collect::<Vec<_>>(),
+        [0x40, 0xd4, 0xc8]
+    );
+    // BTS at 0xd4 and Turing's unlinked MSI-X at 0xc8: nowhere QEMU would go.
+    let mut config = config;
+    config[0xc8..0xd0].copy_from_slice(&[0x11, 0x00, 0x05, 0x00, 0x00, 0x00, 0xb9, 0x00]);
+    let err = place(&config).unwrap_err();
+    assert!(
+        matches!(err, OverlayError::PreferredSlotsTaken { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("overlaps capability 0x09 at 0xd4"),
+        "{err}"
+    );
+    let o = place_anywhere(&config).unwrap();
+    assert_eq!(o.placement().offset, 0x48);
 }

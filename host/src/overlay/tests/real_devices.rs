@@ -188,6 +188,7 @@ fn virtio_functions_are_refused_unless_allowed() {
     ));
     let allow = OverlayOptions {
         allow_non_nvidia: true,
+        ..Default::default()
     };
     let o = ConfigOverlay::new(&config, clique(0), allow).unwrap();
     assert_eq!(o.placement().offset, 0xc8);
@@ -204,6 +205,7 @@ fn host_bridge_without_a_list_gets_one() {
     let config = firecracker_config(0);
     let allow = OverlayOptions {
         allow_non_nvidia: true,
+        ..Default::default()
     };
     let o = ConfigOverlay::new(&config, clique(1), allow).unwrap();
     let p = o.placement();
