@@ -9,8 +9,9 @@
 //! - **Placement** (computed once, by [`ConfigOverlay::new`]): the capability is
 //!   appended LAST to the 0x34 list (its next pointer is 0) and the previously
 //!   last capability's next pointer is patched to it. It sits at 0xC8 when those
-//!   8 bytes overlap no existing capability's byte range, else at 0xD4, else at
-//!   the first free dword-aligned 8 bytes at or above 0x40. A function without a
+//!   8 bytes are all zero and overlap no existing capability's byte range, else
+//!   at 0xD4 on the same terms; the first free dword-aligned 8 bytes at or above
+//!   0x40 only with [`OverlayOptions::any_offset`]. A function without a
 //!   list gets 0x34 pointed at it and status bit 4 set. [`ConfigOverlay::placement`]
 //!   says where it went, what it patched and which slots it rejected.
 //! - **Reads** ([`ConfigOverlay::read`], any width and alignment): the bits the
