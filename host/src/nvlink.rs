@@ -77,10 +77,42 @@ pub fn discover(
         }
     }
     if let Some(links) = from_nvswitches(topo, &gpus) {
+        topo.notes.extend(nvswitch_caveats(topo, &gpus));
         topo.nvlinks = links;
         topo.nvlink_source = Some(NvLinkSource::NvSwitch);
     }
     Ok(())
+}
+
+/// GPUs on one HGX baseboard (8 GPUs behind its NVSwitches).
+pub const GPUS_PER_BASEBOARD: usize = 8;
+
+/// What the NVSwitch heuristic assumes and when it is wrong, in words for the
+/// report's notes.
+fn nvswitch_caveats(topo: &Topology, gpus: &[Bdf]) -> Vec<String> {
+    let switches = topo
+        .functions
+        .iter()
+        .filter(|f| f.vendor == NVIDIA_VENDOR && f.class >> 8 == 0x0680)
+        .count();
+    let nvidia = gpus
+        .iter()
+        .filter_map(|b| topo.function(*b))
+        .filter(|f| f.vendor == NVIDIA_VENDOR)
+        .count();
+    let mut notes = vec![format!(
+        "NVLink assumed from {switches} NVSwitch function(s) on the bus (a heuristic): every \
+         NVIDIA GPU counted as connected to every other, as on one HGX baseboard. It is wrong \
+         under Fabric Manager partitions (GPUs in different partitions share no NVLink) and \
+         across baseboards; NVML (driver loaded) or --nvlink FILE says what is really there"
+    )];
+    if nvidia > GPUS_PER_BASEBOARD {
+        notes.push(format!(
+            "{nvidia} NVIDIA GPUs is more than one baseboard ({GPUS_PER_BASEBOARD}): NVLinks \
+             between baseboards are assumed but need an NVLink switch system; give --nvlink FILE"
+        ));
+    }
+    notes
 }
 
 /// Reads `{"links": [{"a": BDF, "b": BDF, "count": N}, ...]}`, checking that
