@@ -1,6 +1,8 @@
-//! What needs no GPU, checked on the reports recorded on the 2x H200 VM
+//! Report-format tests on the reports recorded on the 2x H200 VM
 //! (docs/results/h200x2-2026-11-22): the statistics behind every number, the
-//! text matrices, `compare` and its SVG, and the probe report's schema.
+//! text matrices, `compare` and its SVG, and the probe report's schema. They
+//! check the recordings and the code that reads them, not GPU behaviour (the
+//! GPU tests in gpu.rs do that, on a GPU VM).
 
 use std::path::PathBuf;
 
@@ -19,7 +21,7 @@ fn load(name: &str) -> BenchReport {
 }
 
 #[test]
-fn every_recorded_number_follows_from_its_samples() {
+fn report_format_every_recorded_number_follows_from_its_samples() {
     for name in ["bench-p2p.json", "bench-nop2p.json"] {
         let r = load(name);
         assert_eq!(r.schema, BENCH_SCHEMA);
@@ -80,7 +82,7 @@ fn every_recorded_number_follows_from_its_samples() {
 }
 
 #[test]
-fn the_full_run_covers_every_mode_pair_and_size() {
+fn report_format_the_full_run_covers_every_mode_pair_and_size() {
     let r = load("bench-p2p.json");
     for mode in Mode::ALL {
         assert!(r.results.iter().any(|m| m.mode == mode), "{mode} missing");
@@ -113,7 +115,7 @@ fn the_full_run_covers_every_mode_pair_and_size() {
 }
 
 #[test]
-fn text_matrices_show_the_medians_of_the_json() {
+fn report_format_text_matrices_show_the_medians_of_the_json() {
     let r = load("bench-p2p.json");
     let text = r.render_text();
     let head = r.method.headline_bytes;
@@ -132,7 +134,7 @@ fn text_matrices_show_the_medians_of_the_json() {
 }
 
 #[test]
-fn compare_matches_recomputes_and_draws() {
+fn report_format_compare_recomputes_and_draws() {
     let (base, other) = (load("bench-p2p.json"), load("bench-nop2p.json"));
     let c = compare(&base, &other);
     // Every measurement of the staged-only run has its counterpart in the full run.
@@ -177,7 +179,7 @@ fn compare_matches_recomputes_and_draws() {
 }
 
 #[test]
-fn the_real_probe_report_parses_and_decides_nvlink() {
+fn report_format_probe_json_parses_and_says_nvlink_enable() {
     let path = results_dir().join("probe.json");
     let p: ProbeReport = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_eq!(p.gpus.len(), 2);

@@ -77,6 +77,20 @@ pub const CLASSES: [[&str; 6]; 6] = [
     ["SYS", "SYS", "SYS", "SYS", "PIX", "X"],
 ];
 
+/// Cliques at the default level PHB, derived by hand from boot.sh's layout (not
+/// from the plan under test): gpu0-gpu2 share pxb0's root complex (PIX, PIX,
+/// PHB) -> clique 0; gpu3 alone on pxb2 (NODE to the others) -> 1; gpu4 and
+/// gpu5 under one switch on pxb1 (PIX, node 1) -> 2. In [`GPUS`] order.
+pub const HAND_CLIQUES: [u8; 6] = [0, 0, 0, 1, 2, 2];
+
+/// [`HAND_CLIQUES`] keyed by guest address.
+pub fn hand_cliques() -> BTreeMap<String, u8> {
+    GPUS.iter()
+        .zip(HAND_CLIQUES)
+        .map(|(s, c)| (s.bdf.to_string(), c))
+        .collect()
+}
+
 /// The capability's 8 bytes for `clique`: DW0 0x50080009 (next 0), DW1 clique << 19 | 0x5032.
 pub fn capability_bytes(clique: u8) -> [u8; 8] {
     let mut b = [0u8; 8];
