@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Fuzz the config-space walkers or the P2P capability decoder of p2p-shared.
+# Fuzz the config-space walkers or the P2P capability decoder of p2p-shared, or the
+# overlay's read/write sequences and the vfio-user server of p2p-host.
 #
 #   scripts/fuzz.sh walkers 600           # seed, then fuzz the walkers for 600 s
 #   scripts/fuzz.sh capability 180        # the capability decoder for 180 s
+#   scripts/fuzz.sh overlay 600           # config bytes + guest reads and writes
+#   scripts/fuzz.sh serve 600             # one client per input against p2p-host serve
 #   scripts/fuzz.sh seed                  # only (re)write the seed corpora
 #   scripts/fuzz.sh walkers 60 -seed=1    # arguments after the seconds go to libFuzzer
 #
@@ -97,17 +100,48 @@ seed_capability() {
     echo "capability: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
+# Overlay seeds: 2 option bytes, a fixture's first 256 config bytes, then a few
+# guest writes at the capability's slots and reads ([kind, offset, len, data]).
+seed_overlay() {
+    local corpus=$1 f work
+    work=$(mktemp -d)
+    for f in "$fuzz/corpus/walkers"/legacy-*; do
+        [ -f "$f" ] || continue
+        { printf '\x00\x05'; head -c 256 "$f"; printf '\x00\xc8\x04\xff\xff\xff\xff\x01\xc8\x08\x00\xb1\x01\x00\x02\x06\x02\xff\xff'; } >"$work/s"
+        add_seed "$work/s" "$corpus" config
+    done
+    rm -rf "$work"
+    echo "overlay: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
+# Serve seeds: VERSION, then DEVICE_GET_INFO, a config REGION_READ and a
+# REGION_WRITE to the capability (records: command, flags, length, body).
+seed_serve() {
+    local corpus=$1 f
+    f=$(mktemp)
+    printf '\x01\x04\x00\x00\x00' >"$f" && add_seed "$f" "$corpus" info
+    printf '\x01\x09\x00\x10\x00\x00\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x00\x01\x00\x00' >"$f" && add_seed "$f" "$corpus" read
+    printf '\x01\x0a\x00\x14\x00\xc8\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x04\x00\x00\x00\xff\xff\xff\xff' >"$f" && add_seed "$f" "$corpus" write
+    rm -f "$f"
+    echo "serve: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
 seed() {
-    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability"
+    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve"
     seed_walkers "$fuzz/corpus/walkers"
     seed_capability "$fuzz/corpus/capability"
+    seed_overlay "$fuzz/corpus/overlay"
+    seed_serve "$fuzz/corpus/serve"
 }
 
 case "$target" in
     seed) seed; exit 0 ;;
     walkers) max_len=4352 ;; # past 4096, so bytes beyond the extended region occur
     capability) max_len=64 ;;
-    *) echo "unknown target $target (walkers, capability, seed)" >&2; exit 2 ;;
+    overlay) max_len=1024 ;;
+    # The server lives for the whole run: its threads and buffers are no leak.
+    serve) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
+    *) echo "unknown target $target (walkers, capability, overlay, serve, seed)" >&2; exit 2 ;;
 esac
 
 ensure_cargo_fuzz

@@ -164,12 +164,13 @@ impl Run<'_> {
         let staged_by_driver = job.mode == Mode::Driver
             || (job.mode == Mode::Ce && !(self.access[s][d] && self.access[d][s]));
         let hold = ops <= plan::HOLD_BUDGET_OPS && !staged_by_driver;
-        for leg in &legs {
-            self.rig
-                .fill(leg.src, Lane::Out, leg.src_buf, job.bytes, 7)?;
-        }
-        self.rig.synchronize_all()?;
+        let mut bad = 0;
+        let mut checked = 0;
         if self.cfg.warmup > 0 {
+            // Warm-up copies are verified like the samples: the destination
+            // is poisoned first and compared with the source pattern after.
+            let seed = self.next_seed();
+            self.prepare(&legs, job.bytes, seed)?;
             timed(
                 &self.rig,
                 &mut self.staging,
@@ -178,23 +179,13 @@ impl Run<'_> {
                 self.cfg.warmup,
                 false,
             )?;
+            bad += self.check(&legs, job.bytes, seed)?;
+            checked += job.bytes * legs.len() as u64;
         }
         let mut secs = Vec::new();
-        let mut bad = 0;
         for _ in 0..self.cfg.samples {
             let seed = self.next_seed();
-            for (k, leg) in legs.iter().enumerate() {
-                self.rig.fill(
-                    leg.src,
-                    Lane::Out,
-                    leg.src_buf,
-                    job.bytes,
-                    seed.wrapping_add(k as u32),
-                )?;
-                self.rig
-                    .poison(leg.dst, Lane::In, leg.dst_buf, job.bytes, 0xa5)?;
-            }
-            self.rig.synchronize_all()?;
+            self.prepare(&legs, job.bytes, seed)?;
             let t = timed(&self.rig, &mut self.staging, &legs, job.bytes, copies, hold)?;
             if let Some(why) = t.hold_failed {
                 self.progress
@@ -202,15 +193,8 @@ impl Run<'_> {
                 self.notes.push(why);
             }
             secs.push(t.seconds.into_iter().fold(0.0, f64::max));
-            for (k, leg) in legs.iter().enumerate() {
-                bad += self.rig.verify(
-                    leg.dst,
-                    Lane::In,
-                    leg.dst_buf,
-                    job.bytes,
-                    seed.wrapping_add(k as u32),
-                )?;
-            }
+            bad += self.check(&legs, job.bytes, seed)?;
+            checked += job.bytes * legs.len() as u64;
         }
         self.set_access(s, d, false)?;
         let moved = job.bytes as f64 * f64::from(copies) * legs.len() as f64;
@@ -221,10 +205,32 @@ impl Run<'_> {
             |t| moved / t / GB,
             |t| t / f64::from(copies) * 1e6,
             Verification {
-                checked_bytes: job.bytes * legs.len() as u64 * u64::from(self.cfg.samples),
+                checked_bytes: checked,
                 mismatches: bad,
             },
         ))
+    }
+
+    /// Fills every leg's source with the pattern for `seed` (+ leg) and
+    /// poisons its destination, so a copy that moves nothing cannot pass.
+    fn prepare(&self, legs: &[Leg<'_>], bytes: u64, seed: u32) -> Result<(), CudaError> {
+        for (k, leg) in legs.iter().enumerate() {
+            let s = seed.wrapping_add(k as u32);
+            self.rig.fill(leg.src, Lane::Out, leg.src_buf, bytes, s)?;
+            self.rig
+                .poison(leg.dst, Lane::In, leg.dst_buf, bytes, 0xa5)?;
+        }
+        self.rig.synchronize_all()
+    }
+
+    /// Bytes of every leg's destination that differ from its source pattern.
+    fn check(&self, legs: &[Leg<'_>], bytes: u64, seed: u32) -> Result<u64, CudaError> {
+        let mut bad = 0;
+        for (k, leg) in legs.iter().enumerate() {
+            let s = seed.wrapping_add(k as u32);
+            bad += self.rig.verify(leg.dst, Lane::In, leg.dst_buf, bytes, s)?;
+        }
+        Ok(bad)
     }
 
     fn pingpong(&mut self, job: &Job) -> Result<Measurement, BenchError> {
@@ -232,10 +238,14 @@ impl Run<'_> {
         self.set_access(s, d, false)?;
         let pp = pingpong::PingPong::new(&self.rig, s, d)?;
         let rounds = self.cfg.pingpong_rounds;
-        pp.run(&self.rig, s, d, (rounds / 10).max(1))?;
+        let warm = pp.run(&self.rig, s, d, (rounds / 10).max(1))?;
+        let (mut checked, mut bad) = (warm.checked_bytes, warm.mismatched_bytes);
         let mut secs = Vec::new();
         for _ in 0..self.cfg.samples {
-            secs.push(pp.run(&self.rig, s, d, rounds)?);
+            let r = pp.run(&self.rig, s, d, rounds)?;
+            secs.push(r.seconds);
+            checked += r.checked_bytes;
+            bad += r.mismatched_bytes;
         }
         let steps = 2.0 * f64::from(rounds);
         Ok(measurement(
@@ -245,20 +255,27 @@ impl Run<'_> {
             |t| 4.0 * steps / t / GB,
             |t| t / steps * 1e6,
             Verification {
-                checked_bytes: 4 * 2 * u64::from(rounds) * u64::from(self.cfg.samples),
-                mismatches: 0,
+                checked_bytes: checked,
+                mismatches: bad,
             },
         ))
     }
 
     fn nccl(&mut self, ar: &mut nccl::AllReduce, job: &Job) -> Result<Measurement, BenchError> {
         let iters = copies_for(job.bytes).min(50);
+        // Every run, warm-up included, starts from zeroed results (no sum of
+        // the inputs is zero) and is checked against the expected sums after.
+        ar.clear_results(job.bytes)?;
         ar.timed(&self.rig, job.bytes, 2)?;
+        let mut bad = 4 * ar.verify(&self.rig, job.bytes)?;
+        let mut checked = ar.result_bytes(job.bytes);
         let mut secs = Vec::new();
         for _ in 0..self.cfg.samples {
+            ar.clear_results(job.bytes)?;
             secs.push(ar.timed(&self.rig, job.bytes, iters)?);
+            bad += 4 * ar.verify(&self.rig, job.bytes)?;
+            checked += ar.result_bytes(job.bytes);
         }
-        let bad = ar.verify(&self.rig, job.bytes)?;
         let ranks = ar.ranks();
         let per = |t: f64| t / f64::from(iters);
         Ok(measurement(
@@ -268,7 +285,7 @@ impl Run<'_> {
             |t| nccl::bus_gbps(job.bytes, per(t), ranks),
             |t| per(t) * 1e6,
             Verification {
-                checked_bytes: (job.bytes / 4).max(1) * 4 * ranks as u64,
+                checked_bytes: checked,
                 mismatches: bad,
             },
         ))

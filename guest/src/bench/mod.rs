@@ -39,6 +39,8 @@ pub enum BenchError {
     TooFewGpus(String, usize),
     #[error("--gpus names ordinal {0}, but CUDA sees {1} GPU(s)")]
     NoSuchGpu(usize, usize),
+    #[error("CUDA sees no GPU (or --gpus selected none): nothing to measure")]
+    NoGpu,
 }
 
 /// Which pairs get peer access for the run.
@@ -155,6 +157,11 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
         .any(|m| m.is_pairwise() || *m == Mode::Nccl);
     if chosen.len() < 2 && needs_two {
         return Err(BenchError::TooFewGpus("peer copies".into(), chosen.len()));
+    }
+    if chosen.is_empty() {
+        // Only nccl-nop2p asked (it runs in a child) on a machine where CUDA
+        // sees no GPU: say so instead of building an empty rig.
+        return Err(BenchError::NoGpu);
     }
 
     let n = chosen.len();

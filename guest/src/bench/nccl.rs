@@ -144,6 +144,23 @@ impl AllReduce {
     pub fn ranks(&self) -> usize {
         self.comms.len()
     }
+
+    /// Zeroes the first `bytes` of every rank's result, on its stream.
+    pub fn clear_results(&mut self, bytes: u64) -> Result<(), CudaError> {
+        let count = (bytes / 4).max(1) as usize;
+        for (r, recv) in self.recv.iter_mut().enumerate() {
+            let mut part = recv.slice_mut(0..count);
+            self.streams[r]
+                .memset_zeros(&mut part)
+                .map_err(CudaError::at("cuMemsetD8Async", r))?;
+        }
+        Ok(())
+    }
+
+    /// Result bytes one verification compares (every rank's).
+    pub fn result_bytes(&self, bytes: u64) -> u64 {
+        (bytes / 4).max(1) * 4 * self.comms.len() as u64
+    }
 }
 
 /// nccl-tests' bus bandwidth for all-reduce.

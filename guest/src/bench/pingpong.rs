@@ -31,9 +31,11 @@ impl PingPong {
         })
     }
 
-    /// Runs `rounds` round trips with `a` initiating; returns seconds for all
-    /// of them. Both GPUs need peer access to each other.
-    pub fn run(&self, rig: &Rig, a: usize, b: usize, rounds: u32) -> Result<f64, CudaError> {
+    /// Runs `rounds` round trips with `a` initiating. Both GPUs need peer
+    /// access to each other. Every round's value is compared on the GPU that
+    /// receives it (it waits for exactly that value); afterwards the host reads
+    /// both flags and both round counters back and compares them.
+    pub fn run(&self, rig: &Rig, a: usize, b: usize, rounds: u32) -> Result<PingResult, CudaError> {
         for buf in self.flags.iter().chain(self.results.iter()) {
             buf.fill_bytes(0)?;
         }
@@ -69,20 +71,60 @@ impl PingPong {
         }
         rig.synchronize(b, Lane::In)?;
         rig.synchronize(a, Lane::Out)?;
-        let r = self.results[0].to_host()?;
-        let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        let done = word(1);
         let ms = start
             .elapsed_ms(&stop)
             .map_err(CudaError::at("cuEventElapsedTime", a))?;
-        if done != u64::from(rounds) {
+        let u64_at = |r: &[u8], i: usize| {
+            r.get(i * 8..i * 8 + 8)
+                .and_then(|w| w.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        let u32_at = |r: &[u8]| {
+            r.get(..4)
+                .and_then(|w| w.try_into().ok())
+                .map(u32::from_le_bytes)
+        };
+        // What the host compares: each side's last flag (the peer's last write)
+        // and each side's count of completed rounds.
+        let (mut checked, mut bad) = (0u64, 0u64);
+        let mut done = [0u64; 2];
+        for (side, count) in done.iter_mut().enumerate() {
+            let flag = u32_at(&self.flags[side].to_host()?);
+            checked += 4;
+            if flag != Some(rounds) {
+                bad += 4;
+            }
+            let result = self.results[side].to_host()?;
+            *count = u64_at(&result, 1).unwrap_or(u64::MAX);
+            checked += 8;
+            if *count != u64::from(rounds) {
+                bad += 8;
+            }
+        }
+        if done[0] != u64::from(rounds) {
             return Err(CudaError::Device {
                 ordinal: a,
                 what: format!(
-                    "ping-pong with GPU {b} stopped after {done} of {rounds} rounds: peer writes are not arriving"
+                    "ping-pong with GPU {b} stopped after {} of {rounds} rounds: peer writes are not arriving",
+                    done[0]
                 ),
             });
         }
-        Ok(f64::from(ms) / 1e3)
+        Ok(PingResult {
+            seconds: f64::from(ms) / 1e3,
+            // The GPUs compared one 4-byte value per round each.
+            checked_bytes: checked + 2 * 4 * u64::from(rounds),
+            mismatched_bytes: bad,
+        })
     }
+}
+
+/// One ping-pong run: its time and what was compared.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PingResult {
+    pub seconds: f64,
+    /// Bytes compared: the GPUs' per-round values and the host's read-back.
+    pub checked_bytes: u64,
+    /// Bytes of the read-back that differ from what the rounds must leave.
+    pub mismatched_bytes: u64,
 }

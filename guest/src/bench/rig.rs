@@ -61,6 +61,10 @@ pub struct Rig {
 
 impl Rig {
     pub fn new(gpus: Vec<Gpu>) -> Result<Rig, CudaError> {
+        // The control words live in pinned memory of the first GPU's context.
+        if gpus.is_empty() {
+            return Err(CudaError::NoGpu);
+        }
         let kernels = program::load_all(&gpus)?;
         let mut streams = Vec::new();
         let mut counters = Vec::new();
@@ -322,5 +326,17 @@ impl Rig {
             self.synchronize(g, Lane::In)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_rig_is_an_error_not_a_panic() {
+        // What `bench --modes nccl-nop2p` reached on a machine whose CUDA saw
+        // no GPU: the in-process part had no GPU to build a rig on.
+        assert!(matches!(Rig::new(Vec::new()), Err(CudaError::NoGpu)));
     }
 }

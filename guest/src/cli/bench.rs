@@ -216,8 +216,6 @@ fn nccl_without_p2p(
     sizes: &[u64],
 ) -> anyhow::Result<Vec<p2p_shared::report::bench::Measurement>> {
     let exe = std::env::current_exe().context("locating p2p-guest for the NCCL child run")?;
-    let tmp =
-        std::env::temp_dir().join(format!("p2p-guest-nccl-nop2p-{}.json", std::process::id()));
     let size_list: Vec<String> = sizes.iter().map(u64::to_string).collect();
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -237,8 +235,9 @@ fn nccl_without_p2p(
     ])
     .arg("--sysfs-root")
     .arg(&args.sysfs_root)
-    .arg("--json")
-    .arg(&tmp)
+    // The report comes back on the child's standard output: no file another
+    // user could predict or replace.
+    .args(["--json", "-"])
     .env("NCCL_P2P_DISABLE", "1");
     if let Some(g) = &args.gpus {
         let list: Vec<String> = g.iter().map(usize::to_string).collect();
@@ -251,10 +250,8 @@ fn nccl_without_p2p(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let text =
-        std::fs::read_to_string(&tmp).with_context(|| format!("reading {}", tmp.display()))?;
-    let _ = std::fs::remove_file(&tmp);
-    let child: BenchReport = serde_json::from_str(&text).context("parsing the child's report")?;
+    let child: BenchReport =
+        serde_json::from_slice(&out.stdout).context("parsing the child's report")?;
     Ok(child
         .results
         .into_iter()

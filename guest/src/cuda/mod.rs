@@ -34,6 +34,8 @@ pub enum CudaError {
     NoNvrtc,
     #[error("GPU {ordinal}: {what}")]
     Device { ordinal: usize, what: String },
+    #[error("no GPU to work on: CUDA sees none, or none was selected")]
+    NoGpu,
 }
 
 impl CudaError {

@@ -23,6 +23,11 @@ pub enum ApiError {
     Malformed { path: PathBuf, why: String },
 }
 
+/// Most bytes of headers, and of body, accepted from the API socket: Cloud
+/// Hypervisor's answers are a few hundred bytes; a peer sending more is not
+/// one, and is not buffered without bound.
+pub const MAX_RESPONSE_PART: usize = 1 << 20;
+
 /// An HTTP answer: status code and body text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiResponse {
@@ -83,6 +88,11 @@ impl ApiClient {
                 why: e.to_string(),
             })?;
             buf.extend_from_slice(&chunk[..n]);
+            if buf.len() > MAX_RESPONSE_PART {
+                return Err(malformed(format!(
+                    "headers longer than {MAX_RESPONSE_PART} bytes"
+                )));
+            }
             let mut headers = [httparse::EMPTY_HEADER; 32];
             let mut resp = httparse::Response::new(&mut headers);
             match resp.parse(&buf) {
@@ -129,7 +139,12 @@ impl ApiClient {
             path: self.socket.clone(),
             why: e.to_string(),
         };
+        let too_long = |len: usize| ApiError::Malformed {
+            path: self.socket.clone(),
+            why: format!("a body of {len} bytes or more (at most {MAX_RESPONSE_PART} accepted)"),
+        };
         match length {
+            Some(len) if len > MAX_RESPONSE_PART => return Err(too_long(len)),
             Some(len) => {
                 while body.len() < len {
                     let mut chunk = vec![0u8; len - body.len()];
@@ -146,7 +161,11 @@ impl ApiClient {
             }
             None if status == 204 || status == 304 || (100..200).contains(&status) => body.clear(),
             None => {
-                stream.read_to_end(&mut body).map_err(io)?;
+                let room = (MAX_RESPONSE_PART + 1).saturating_sub(body.len()) as u64;
+                stream.take(room).read_to_end(&mut body).map_err(io)?;
+                if body.len() > MAX_RESPONSE_PART {
+                    return Err(too_long(body.len()));
+                }
             }
         }
         Ok(body)
