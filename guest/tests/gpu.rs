@@ -175,3 +175,46 @@ fn compare_of_p2p_and_forced_staging_shows_the_gap() {
     }
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
+
+/// What each measurement says it compared is what the method compares: every
+/// sample and the warm-up for copies and NCCL (the destination or result
+/// buffers whole), and for ping-pong the per-round values on the GPUs plus the
+/// host's read-back of two flags (4 B) and two round counters (8 B) per run.
+#[test]
+#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu.sh build here, then scripts/gpu.sh run on a GPU VM"]
+fn verification_counts_every_sample_and_the_warm_up() {
+    let mib = 1u64 << 20;
+    let (samples, rounds) = (3u64, 1000u64);
+    let v = run_json(&[
+        "bench",
+        "--modes",
+        "ce,nccl,pingpong",
+        "--sizes",
+        "1M",
+        "--directions",
+        "uni",
+        "--samples",
+        "3",
+        "--warmup",
+        "2",
+        "--pingpong-rounds",
+        "1000",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    let ranks = v["gpus"].as_array().unwrap().len() as u64;
+    let results = v["results"].as_array().unwrap();
+    assert!(!results.is_empty());
+    for m in results {
+        let checked = m["verification"]["checked_bytes"].as_u64().unwrap();
+        assert_eq!(m["verification"]["mismatches"], 0, "{m}");
+        let want = match m["mode"].as_str().unwrap() {
+            "ce" => (samples + 1) * mib,
+            "nccl" => (samples + 1) * mib * ranks,
+            "pingpong" => (samples + 1) * 24 + 8 * (samples * rounds + rounds / 10),
+            other => panic!("unexpected mode {other}"),
+        };
+        assert_eq!(checked, want, "{}: {m}", m["mode"]);
+    }
+}
