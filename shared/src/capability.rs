@@ -129,14 +129,7 @@ impl P2pCapability {
     /// Decodes the capability at the start of `bytes`, checking everything the
     /// driver checks (id, signature, version) plus the length byte and reserved byte.
     pub fn decode(bytes: &[u8]) -> Result<Self, CapabilityError> {
-        let b: &[u8; 8] = bytes
-            .get(..8)
-            .and_then(|s| s.try_into().ok())
-            .ok_or(CapabilityError::Truncated(bytes.len()))?;
-        if b[0] != VENDOR_SPECIFIC_ID {
-            return Err(CapabilityError::NotVendorSpecific(b[0]));
-        }
-        let sig = [b[3], b[4], b[5]];
+        let (b, sig) = vendor_bytes(bytes)?;
         if sig != P2P_SIGNATURE {
             return Err(CapabilityError::BadSignature(sig));
         }
@@ -167,6 +160,19 @@ impl P2pCapability {
     }
 }
 
+/// The first 8 bytes of a vendor-specific capability and its signature
+/// (+3..+6), or why they are not one.
+fn vendor_bytes(bytes: &[u8]) -> Result<(&[u8; 8], [u8; 3]), CapabilityError> {
+    let b: &[u8; 8] = bytes
+        .get(..8)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(CapabilityError::Truncated(bytes.len()))?;
+    if b[0] != VENDOR_SPECIFIC_ID {
+        return Err(CapabilityError::NotVendorSpecific(b[0]));
+    }
+    Ok((b, [b[3], b[4], b[5]]))
+}
+
 /// The signature bytes of the driver's BTS capability at +3..+6 (0x535442).
 pub const BTS_SIGNATURE: [u8; 3] = *b"BTS";
 
@@ -189,14 +195,7 @@ impl BtsCapability {
 
     /// Decodes a BTS capability at the start of `bytes`.
     pub fn decode(bytes: &[u8]) -> Result<Self, CapabilityError> {
-        let b: &[u8; 8] = bytes
-            .get(..8)
-            .and_then(|s| s.try_into().ok())
-            .ok_or(CapabilityError::Truncated(bytes.len()))?;
-        if b[0] != VENDOR_SPECIFIC_ID {
-            return Err(CapabilityError::NotVendorSpecific(b[0]));
-        }
-        let sig = [b[3], b[4], b[5]];
+        let (b, sig) = vendor_bytes(bytes)?;
         if sig != BTS_SIGNATURE {
             return Err(CapabilityError::NotBts(sig));
         }

@@ -376,62 +376,31 @@ fn libvirt_validates_the_mirrored_domain() {
 fn mirror_is_refused_where_it_cannot_work() {
     let root = fixture_dir(TWO_SOCKET);
     let root = root.to_str().unwrap();
-    let r = run(
-        "p2p-host",
-        &[
-            "plan",
-            "--sysfs-root",
-            root,
-            "--gpu-class",
-            "0108",
-            "--guest-topology",
-            "mirror",
-            "--emit",
-            "cloud-hypervisor",
-        ],
-    );
-    assert_ne!(r.code, Some(0));
-    assert!(
-        r.stderr
-            .contains("Cloud Hypervisor has no PCIe expander buses"),
-        "{}",
-        r.stderr
-    );
-    let r = run(
-        "p2p-host",
-        &[
-            "plan",
-            "--sysfs-root",
-            root,
-            "--gpu-class",
-            "0108",
-            "--vm",
-            "a=0000:23:00.0",
-            "--vm",
-            "b=0000:24:00.0",
-            "--emit",
-            "nccl-topo",
-        ],
-    );
-    assert_ne!(r.code, Some(0));
-    assert!(
-        r.stderr.contains("one VM's file; the plan has 2 VMs"),
-        "{}",
-        r.stderr
-    );
-    // The plain e1000e is no RDMA NIC.
-    let r = run(
-        "p2p-host",
-        &[
-            "plan",
-            "--sysfs-root",
-            root,
-            "--gpu-class",
-            "0108",
-            "--vm",
-            &format!("a=0000:23:00.0,{NIC}"),
-        ],
-    );
-    assert_ne!(r.code, Some(0));
-    assert!(r.stderr.contains("without an RDMA device"), "{}", r.stderr);
+    let nic_vm = format!("a=0000:23:00.0,{NIC}");
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--guest-topology", "mirror", "--emit", "cloud-hypervisor"],
+            "Cloud Hypervisor has no PCIe expander buses",
+        ),
+        (
+            &[
+                "--vm",
+                "a=0000:23:00.0",
+                "--vm",
+                "b=0000:24:00.0",
+                "--emit",
+                "nccl-topo",
+            ],
+            "one VM's file; the plan has 2 VMs",
+        ),
+        // The plain e1000e is no RDMA NIC.
+        (&["--vm", &nic_vm], "without an RDMA device"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["plan", "--sysfs-root", root, "--gpu-class", "0108"];
+        args.extend_from_slice(extra);
+        let r = run("p2p-host", &args);
+        assert_ne!(r.code, Some(0), "{extra:?} was accepted");
+        assert!(r.stderr.contains(needle), "{extra:?}: {}", r.stderr);
+    }
 }
