@@ -207,3 +207,51 @@ pub fn add_devices(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixListener;
+
+    /// A server on a temporary socket that answers one request with `answer`.
+    fn answering(answer: Vec<u8>) -> (tempfile::TempDir, PathBuf, std::thread::JoinHandle<()>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let _ = s.write_all(&answer);
+        });
+        (dir, path, t)
+    }
+
+    #[test]
+    fn a_peer_announcing_a_huge_body_is_refused_before_reading_it() {
+        let (_d, path, t) =
+            answering(b"HTTP/1.1 200 OK\r\nContent-Length: 4000000000\r\n\r\n{}".to_vec());
+        let err = ApiClient::new(&path).put("vm.add-device", "{}").unwrap_err();
+        assert!(err.to_string().contains("at most 1048576 accepted"), "{err}");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_peer_streaming_without_length_is_cut_at_the_bound() {
+        let mut answer = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        answer.resize(answer.len() + MAX_RESPONSE_PART + 4096, b'x');
+        let (_d, path, t) = answering(answer);
+        let err = ApiClient::new(&path).put("vm.add-device", "{}").unwrap_err();
+        assert!(err.to_string().contains("or more (at most"), "{err}");
+        t.join().unwrap();
+        // A normal answer still passes.
+        let (_d, path, t) =
+            answering(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n".to_vec());
+        assert_eq!(ApiClient::new(&path).put("vm.add-device", "{}").unwrap().status, 204);
+        t.join().unwrap();
+    }
+}
