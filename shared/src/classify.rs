@@ -129,6 +129,9 @@ pub enum PeerRoute {
     HostBridges,
     /// Across the interconnect between NUMA nodes (sockets).
     Sockets,
+    /// Between host bridges, one or both with an unknown NUMA node (-1):
+    /// counted as different nodes (SYS), since nothing says they share one.
+    UnknownNuma,
 }
 
 impl PeerRoute {
@@ -208,9 +211,11 @@ pub fn classify_functions(topo: &Topology, fa: &PciFunction, fb: &PciFunction) -
     } else if fa.host_bridge != fb.host_bridge {
         let mut path = anc_a.clone();
         path.extend(anc_b.iter().rev());
-        let same_node = topo.numa_of(a) == topo.numa_of(b);
-        if same_node {
+        let (na, nb) = (topo.numa_of(a), topo.numa_of(b));
+        if na == nb {
             (PathClass::Node, PeerRoute::HostBridges, path)
+        } else if na.is_none() || nb.is_none() {
+            (PathClass::Sys, PeerRoute::UnknownNuma, path)
         } else {
             (PathClass::Sys, PeerRoute::Sockets, path)
         }

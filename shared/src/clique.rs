@@ -315,6 +315,9 @@ fn pair_reason(
         }
         PeerRoute::HostBridges => "PCIe between host bridges".to_string(),
         PeerRoute::Sockets => "PCIe across sockets".to_string(),
+        PeerRoute::UnknownNuma => {
+            "PCIe between host bridges, a NUMA node unknown (-1), counted as SYS".to_string()
+        }
         PeerRoute::SameFunction => "same function".to_string(),
     };
     match (class, allowed) {

@@ -11,7 +11,7 @@ use p2p_guest::bench::{run, BenchConfig, PairSelection, PeerPolicy, Progress, Sm
 use p2p_shared::report::bench::{BenchReport, Direction, Mode};
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
-    s.parse()
+    s.to_ascii_lowercase().parse()
 }
 
 pub fn parse_variant(s: &str) -> Result<usize, String> {
@@ -23,7 +23,7 @@ pub fn parse_variant(s: &str) -> Result<usize, String> {
 }
 
 fn parse_direction(s: &str) -> Result<Direction, String> {
-    match s {
+    match s.to_ascii_lowercase().as_str() {
         "uni" => Ok(Direction::Uni),
         "bi" => Ok(Direction::Bi),
         _ => Err(format!("'{s}': want uni or bi")),
@@ -33,7 +33,7 @@ fn parse_direction(s: &str) -> Result<Direction, String> {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Ordered GPU pairs to measure: every pair, or only those the decision allows.
-    #[arg(long, value_enum, default_value = "all")]
+    #[arg(long, value_enum, ignore_case = true, default_value = "all")]
     pairs: PairSelection,
     /// Modes: ce, sm-read, sm-write, staged, driver, nccl, nccl-nop2p, pingpong.
     #[arg(long, value_delimiter = ',', value_parser = parse_mode,
@@ -47,7 +47,7 @@ pub struct BenchArgs {
     directions: Vec<Direction>,
     /// Which pairs get peer access: the probe's decision, every pair CUDA
     /// can do, or none (every copy takes the driver's staged path).
-    #[arg(long, value_enum, default_value = "decision")]
+    #[arg(long, value_enum, ignore_case = true, default_value = "decision")]
     peer_access: PeerPolicy,
     /// CUDA ordinals to use (default: all).
     #[arg(long, value_delimiter = ',')]

@@ -37,6 +37,20 @@ fn load(path: &PathBuf) -> anyhow::Result<BenchReport> {
 }
 
 pub fn run(args: CompareArgs) -> anyhow::Result<()> {
+    // The SVG's directory must exist before anything is printed, so a bad
+    // path does not cost the reader a table followed by an error.
+    if let Some(path) = &args.svg {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--svg {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
     let (base, other) = (load(&args.base)?, load(&args.other)?);
     let c = compare(&base, &other);
     if c.rows.is_empty() {

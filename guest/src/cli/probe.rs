@@ -44,5 +44,10 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if report.enabled.iter().any(|e| !e.ok) {
         anyhow::bail!("the driver refused peer access for some pair (see above)");
     }
+    if report.gpus.is_empty() {
+        // Exit status 2: nothing to probe (documented in the README).
+        eprintln!("p2p-guest probe: no NVIDIA GPU found");
+        std::process::exit(2);
+    }
     Ok(())
 }

@@ -185,6 +185,14 @@ impl ProbeReport {
             "NVLink (NVML): {}\n",
             self.nvml.as_deref().unwrap_or("read")
         );
+        if self.gpus.is_empty() {
+            let _ = writeln!(
+                out,
+                "No NVIDIA GPU (vendor 0x10de, display class 0x03) under {}/bus/pci/devices.",
+                self.sysfs_root
+            );
+            return out;
+        }
         let mut t = Table::new(["GPU", "BDF", "ID", "CUDA", "CAPABILITY", "CLIQUE", "NVLINK"]);
         for (i, g) in self.gpus.iter().enumerate() {
             let cap = match &g.capability {

@@ -31,6 +31,9 @@ pub struct InjectArgs {
     /// Print the placement as JSON (schema vp2p.inject/1).
     #[arg(long)]
     json: bool,
+    /// Let OUT be IN (overwrite the captured config with the virtual one).
+    #[arg(long)]
+    force: bool,
 }
 
 /// What `--json` prints.
@@ -50,6 +53,15 @@ struct InjectReport<'a> {
 
 pub fn run(args: InjectArgs) -> anyhow::Result<()> {
     let input = &args.config;
+    let same = args.out == *input
+        || matches!((input.canonicalize(), args.out.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if same && !args.force {
+        anyhow::bail!(
+            "--out {} is the captured config itself: writing it would lose the device's own \
+             bytes; choose another file, or pass --force",
+            args.out.display()
+        );
+    }
     let clique = Clique::new(args.clique).context("--clique")?;
     let physical = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
     let options = OverlayOptions {

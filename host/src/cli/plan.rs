@@ -67,7 +67,13 @@ pub struct PlanArgs {
     pub vms: Vec<VmSpec>,
     /// Guest PCIe layout: flat (every device on pcie.0) or mirror (the host's
     /// root complexes, root ports and switches; QEMU and libvirt).
-    #[arg(long, value_enum, value_name = "LAYOUT", default_value = "flat")]
+    #[arg(
+        long,
+        value_enum,
+        ignore_case = true,
+        value_name = "LAYOUT",
+        default_value = "flat"
+    )]
     pub guest_topology: LayoutArg,
 }
 
@@ -134,12 +140,23 @@ impl PlanArgs {
             guests.push(guest_of(&topo, &plan, &spec.nics, layout)?);
             plans.push(plan);
         }
+        let devices: Vec<Vec<Bdf>> = specs
+            .iter()
+            .map(|s| s.gpus.iter().chain(&s.nics).copied().collect())
+            .collect();
+        let vm_devices: Vec<(&str, &[Bdf])> = specs
+            .iter()
+            .zip(&devices)
+            .map(|(s, d)| (s.name.as_str(), d.as_slice()))
+            .collect();
+        let groups = p2p_shared::iommu_groups::check(&topo, &vm_devices)?;
         let report = PlanReport::new(
             &root.path().display().to_string(),
             self.max_level,
             plans,
             layout,
             guests,
+            groups,
         );
         Ok((report, topo))
     }
@@ -205,6 +222,9 @@ fn vm_specs(
                 );
             }
             if let Some(other) = owner.insert(*g, &spec.name) {
+                if other == spec.name {
+                    bail!("VM {}: {g} is listed twice", spec.name);
+                }
                 bail!("{g} is given to two VMs: {other} and {}", spec.name);
             }
         }
@@ -224,7 +244,7 @@ pub struct PlanCmd {
     #[arg(long, conflicts_with = "emit")]
     json: bool,
     /// Print VMM configuration (or NCCL's topology file) instead of the table.
-    #[arg(long, value_enum, value_name = "FORMAT")]
+    #[arg(long, value_enum, ignore_case = true, value_name = "FORMAT")]
     emit: Option<EmitFormat>,
     /// Hand the NCCL file at this host path to the guest through fw_cfg
     /// (QEMU -fw_cfg, libvirt <sysinfo type='fwcfg'>); "{vm}" is replaced by the
@@ -249,7 +269,18 @@ pub fn run(args: PlanCmd) -> anyhow::Result<()> {
         libvirt_first_index: args.libvirt_first_index,
     };
     match format {
-        Some(f) => print!("{}", vmm::emit(&report, &topo, f, &opts)?),
+        Some(f) => {
+            // The table carries the warnings; configuration output keeps them
+            // off standard output.
+            for w in report
+                .iommu_groups
+                .iter()
+                .filter_map(|g| g.warning.as_ref())
+            {
+                eprintln!("p2p-host plan: warning: {w}");
+            }
+            print!("{}", vmm::emit(&report, &topo, f, &opts)?)
+        }
         None => print!("{}", report.render_text()),
     }
     Ok(())

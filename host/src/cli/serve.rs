@@ -14,6 +14,8 @@ use p2p_host::serve::{
     IrqIndex, ServeError, ServeEvent, ServeHandle, ServedGpu,
 };
 use p2p_shared::Clique;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -82,7 +84,7 @@ impl ServeArgs {
     }
 }
 
-/// Opens the capture, places the capability, and says what it serves.
+/// Opens the capture and places the capability.
 fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>> {
     let files = CaptureFiles {
         config: spec.config.clone(),
@@ -100,10 +102,8 @@ fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>>
         allow_non_nvidia: spec.allow_non_nvidia,
         any_offset: spec.any_offset,
     };
-    let served = ServedGpu::new(gpu, spec.clique, options)
-        .with_context(|| format!("{name}: {}", spec.config.display()))?;
-    eprint!("{}", describe(name, spec, &served));
-    Ok(served)
+    ServedGpu::new(gpu, spec.clique, options)
+        .with_context(|| format!("{name}: {}", spec.config.display()))
 }
 
 fn describe(name: &str, spec: &GpuSpec, gpu: &ServedGpu<CapturedGpu>) -> String {
@@ -170,6 +170,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     for (i, spec) in specs.iter().enumerate() {
         prepared.push(prepare(&format!("gpu{i}"), spec)?);
     }
+    // Signals are caught before any socket exists, so none is left behind.
+    let mut signals =
+        Signals::new([SIGTERM, SIGINT, SIGHUP]).context("installing signal handlers")?;
     let mut handles: Vec<ServeHandle> = Vec::new();
     for (i, (spec, gpu)) in specs.iter().zip(prepared).enumerate() {
         let name = format!("gpu{i}");
@@ -182,8 +185,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 let _ = writeln!(std::io::stderr(), "p2p-host serve: {label}: {e}");
             }
         });
+        // The banner is printed once the socket is bound: what it announces exists.
+        let banner = describe(&name, spec, &gpu);
         let handle = serve::start(gpu, &spec.socket, sink)
             .with_context(|| format!("{name}: serving on {}", spec.socket.display()))?;
+        eprint!("{banner}");
         handles.push(handle);
     }
     eprintln!(
@@ -196,8 +202,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if let Some(sig) = signals.forever().next() {
+        eprintln!("p2p-host serve: signal {sig}: stopping and removing the sockets");
+    }
     for h in handles {
-        h.wait();
+        h.shutdown();
     }
     Ok(())
 }

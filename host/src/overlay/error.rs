@@ -26,8 +26,8 @@ pub enum OverlayError {
     /// Not an NVIDIA display controller and `allow_non_nvidia` is off.
     #[error(
         "vendor id {vendor:#06x} (offset 0x00) and base class {base_class:#04x} (offset 0x0b): \
-         not an NVIDIA GPU (vendor 0x10de, base class 0x03); refusing unless non-NVIDIA \
-         devices are allowed"
+         not an NVIDIA GPU (vendor 0x10de, base class 0x03); pass --allow-non-nvidia \
+         (serve: allow-non-nvidia in --gpu) to place the capability anyway"
     )]
     NotNvidiaGpu { vendor: u16, base_class: u8 },
 

@@ -235,8 +235,13 @@ mod tests {
     fn a_peer_announcing_a_huge_body_is_refused_before_reading_it() {
         let (_d, path, t) =
             answering(b"HTTP/1.1 200 OK\r\nContent-Length: 4000000000\r\n\r\n{}".to_vec());
-        let err = ApiClient::new(&path).put("vm.add-device", "{}").unwrap_err();
-        assert!(err.to_string().contains("at most 1048576 accepted"), "{err}");
+        let err = ApiClient::new(&path)
+            .put("vm.add-device", "{}")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("at most 1048576 accepted"),
+            "{err}"
+        );
         t.join().unwrap();
     }
 
@@ -245,13 +250,21 @@ mod tests {
         let mut answer = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
         answer.resize(answer.len() + MAX_RESPONSE_PART + 4096, b'x');
         let (_d, path, t) = answering(answer);
-        let err = ApiClient::new(&path).put("vm.add-device", "{}").unwrap_err();
+        let err = ApiClient::new(&path)
+            .put("vm.add-device", "{}")
+            .unwrap_err();
         assert!(err.to_string().contains("or more (at most"), "{err}");
         t.join().unwrap();
         // A normal answer still passes.
         let (_d, path, t) =
             answering(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n".to_vec());
-        assert_eq!(ApiClient::new(&path).put("vm.add-device", "{}").unwrap().status, 204);
+        assert_eq!(
+            ApiClient::new(&path)
+                .put("vm.add-device", "{}")
+                .unwrap()
+                .status,
+            204
+        );
         t.join().unwrap();
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::table::Table;
 use crate::clique::{CliquePlan, MaxLevel};
 use crate::guest_layout::{GuestLayout, GuestTopology};
+use crate::iommu_groups::GroupUse;
 
 /// Schema tag carried in every plan report.
 pub const PLAN_SCHEMA: &str = "vp2p.plan/1";
@@ -26,6 +27,9 @@ pub struct PlanReport {
     /// guest bus id, and the ports and expander buses of a mirrored layout.
     #[serde(default)]
     pub guests: Vec<GuestTopology>,
+    /// The IOMMU groups the VMs' devices sit in, with what else they hold.
+    #[serde(default)]
+    pub iommu_groups: Vec<GroupUse>,
 }
 
 impl PlanReport {
@@ -35,6 +39,7 @@ impl PlanReport {
         vms: Vec<CliquePlan>,
         guest_topology: GuestLayout,
         guests: Vec<GuestTopology>,
+        iommu_groups: Vec<GroupUse>,
     ) -> Self {
         Self {
             schema: PLAN_SCHEMA.to_string(),
@@ -43,6 +48,7 @@ impl PlanReport {
             vms,
             guest_topology,
             guests,
+            iommu_groups,
         }
     }
 
@@ -91,6 +97,11 @@ impl PlanReport {
             if let Some(g) = self.guests.get(i) {
                 out.push('\n');
                 out.push_str(&render_guest(g));
+            }
+        }
+        for g in &self.iommu_groups {
+            if let Some(w) = &g.warning {
+                let _ = writeln!(out, "\nwarning: {w}");
             }
         }
         out

@@ -154,6 +154,9 @@ fn describe_route(r: &PeerRoute) -> String {
         PeerRoute::RootComplex { host_bridge } => format!("through root complex {host_bridge}"),
         PeerRoute::HostBridges => "between host bridges, same NUMA node".into(),
         PeerRoute::Sockets => "across the inter-socket link".into(),
+        PeerRoute::UnknownNuma => {
+            "between host bridges, a NUMA node unknown (-1): counted as SYS".into()
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use p2p_shared::topology::AcsState;
 use p2p_shared::{Bdf, Topology};
 
 use super::*;
-use Meet::{HostBridges, RootComplex, Sockets, Switch};
+use Meet::{HostBridges, RootComplex, Sockets, Switch, UnknownNuma};
 
 impl Expect {
     pub fn gpu(&self, id: &str) -> &Gpu {
@@ -252,7 +252,9 @@ impl Expect {
                 // QEMU's downstream ports have no ACS: P2P turns inside the switch.
                 (PeerRoute::Switch { at }, Switch(want)) => *at == bdf(want),
                 (PeerRoute::RootComplex { host_bridge }, RootComplex(want)) => host_bridge == want,
-                (PeerRoute::HostBridges, HostBridges) | (PeerRoute::Sockets, Sockets) => true,
+                (PeerRoute::HostBridges, HostBridges)
+                | (PeerRoute::Sockets, Sockets)
+                | (PeerRoute::UnknownNuma, UnknownNuma) => true,
                 _ => false,
             };
             if !route_ok {

@@ -47,8 +47,10 @@ pub enum Meet {
     RootComplex(&'static str),
     /// Between two host bridges of one node.
     HostBridges,
-    /// Across NUMA nodes (or a known and an unknown node).
+    /// Across NUMA nodes.
     Sockets,
+    /// Between host bridges, one without a NUMA node (no _PXM): SYS.
+    UnknownNuma,
 }
 
 /// A pair of devices (GPU or NIC ids) and what `nvidia-smi` would print.

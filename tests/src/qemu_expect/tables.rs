@@ -4,7 +4,7 @@
 use p2p_shared::PathClass;
 
 use super::{p, Expect, Gpu, Meet};
-use Meet::{HostBridges, RootComplex, Sockets, Switch};
+use Meet::{HostBridges, RootComplex, Sockets, Switch, UnknownNuma};
 use PathClass::{Node, Phb, Pix, Pxb, Sys};
 
 /// `two-socket`: pxb0 (0x20, node 0) with a switch and a root port, pxb2
@@ -70,30 +70,30 @@ pub const TWO_SOCKET: Expect = Expect {
         p("gpu0", "gpu3", Node, HostBridges),
         p("gpu0", "gpu4", Sys, Sockets),
         p("gpu0", "gpu5", Sys, Sockets),
-        p("gpu0", "gpu6", Sys, Sockets),
+        p("gpu0", "gpu6", Sys, UnknownNuma),
         p("gpu0", "nic0", Pix, Switch("0000:21:00.0")),
         p("gpu1", "gpu2", Phb, RootComplex("pci0000:20")),
         p("gpu1", "gpu3", Node, HostBridges),
         p("gpu1", "gpu4", Sys, Sockets),
         p("gpu1", "gpu5", Sys, Sockets),
-        p("gpu1", "gpu6", Sys, Sockets),
+        p("gpu1", "gpu6", Sys, UnknownNuma),
         p("gpu1", "nic0", Pix, Switch("0000:21:00.0")),
         p("gpu2", "gpu3", Node, HostBridges),
         p("gpu2", "gpu4", Sys, Sockets),
         p("gpu2", "gpu5", Sys, Sockets),
-        p("gpu2", "gpu6", Sys, Sockets),
+        p("gpu2", "gpu6", Sys, UnknownNuma),
         p("gpu2", "nic0", Phb, RootComplex("pci0000:20")),
         p("gpu3", "gpu4", Sys, Sockets),
         p("gpu3", "gpu5", Sys, Sockets),
-        p("gpu3", "gpu6", Sys, Sockets),
+        p("gpu3", "gpu6", Sys, UnknownNuma),
         p("gpu3", "nic0", Node, HostBridges),
         p("gpu4", "gpu5", Pix, Switch("0000:81:00.0")),
-        p("gpu4", "gpu6", Sys, Sockets),
+        p("gpu4", "gpu6", Sys, UnknownNuma),
         p("gpu4", "nic0", Sys, Sockets),
-        p("gpu5", "gpu6", Sys, Sockets),
+        p("gpu5", "gpu6", Sys, UnknownNuma),
         p("gpu5", "nic0", Sys, Sockets),
         // pcie.0 has no _PXM: unknown vs node 0 is "a different node".
-        p("gpu6", "nic0", Sys, Sockets),
+        p("gpu6", "nic0", Sys, UnknownNuma),
     ],
     root_ports: &[
         "0000:00:04.0",

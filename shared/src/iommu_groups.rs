@@ -1,0 +1,110 @@
+//! IOMMU groups of the VMs' devices: VFIO hands a group to one VM as a whole
+//! (every endpoint in it bound to vfio-pci, none used elsewhere), so a plan
+//! that splits a group between two VMs cannot start, and a group with
+//! endpoints outside every VM needs them bound to vfio-pci (or given to the VM).
+//! Bridges in a group are fine: VFIO accepts them bound to their port driver.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bdf::Bdf;
+use crate::topology::Topology;
+
+/// One function of a group the VMs use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMember {
+    pub bdf: Bdf,
+    /// The VM it is given to, or None.
+    pub vm: Option<String>,
+    pub bridge: bool,
+    /// Its driver now, as sysfs says.
+    pub driver: Option<String>,
+}
+
+/// An IOMMU group some VM's device sits in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupUse {
+    pub group: u32,
+    pub members: Vec<GroupMember>,
+    /// Set when endpoints of the group belong to no VM: they must be bound to
+    /// vfio-pci (or given to the VM) before the VM starts.
+    pub warning: Option<String>,
+}
+
+/// A group split between VMs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "IOMMU group {group} is split between VMs ({}): VFIO assigns a group whole, to one VM; \
+     give its devices to one VM",
+    .members.iter().map(|(b, vm)| format!("{b} to {vm}")).collect::<Vec<_>>().join(", ")
+)]
+pub struct SplitGroup {
+    pub group: u32,
+    pub members: Vec<(Bdf, String)>,
+}
+
+/// The groups of every VM device, with the facts VFIO cares about; an error
+/// when a group's devices go to different VMs. Devices without a group (no
+/// IOMMU on the host) are left out.
+pub fn check(topo: &Topology, vms: &[(&str, &[Bdf])]) -> Result<Vec<GroupUse>, SplitGroup> {
+    let mut owner: BTreeMap<Bdf, &str> = BTreeMap::new();
+    for (vm, devices) in vms {
+        for d in *devices {
+            owner.insert(*d, vm);
+        }
+    }
+    let mut groups: BTreeMap<u32, Vec<GroupMember>> = BTreeMap::new();
+    let used: Vec<u32> = owner
+        .keys()
+        .filter_map(|b| topo.function(*b).and_then(|f| f.iommu_group))
+        .collect();
+    for f in &topo.functions {
+        let Some(g) = f.iommu_group.filter(|g| used.contains(g)) else {
+            continue;
+        };
+        groups.entry(g).or_default().push(GroupMember {
+            bdf: f.bdf,
+            vm: owner.get(&f.bdf).map(|v| v.to_string()),
+            bridge: f.is_bridge,
+            driver: f.driver.clone(),
+        });
+    }
+    let mut out = Vec::new();
+    for (group, members) in groups {
+        let mut vms_in: Vec<&str> = members.iter().filter_map(|m| m.vm.as_deref()).collect();
+        vms_in.sort_unstable();
+        vms_in.dedup();
+        if vms_in.len() > 1 {
+            return Err(SplitGroup {
+                group,
+                members: members
+                    .iter()
+                    .filter_map(|m| m.vm.clone().map(|vm| (m.bdf, vm)))
+                    .collect(),
+            });
+        }
+        let outside: Vec<String> = members
+            .iter()
+            .filter(|m| m.vm.is_none() && !m.bridge)
+            .map(|m| match &m.driver {
+                Some(d) => format!("{} (driver {d})", m.bdf),
+                None => format!("{} (no driver)", m.bdf),
+            })
+            .collect();
+        let warning = (!outside.is_empty()).then(|| {
+            format!(
+                "IOMMU group {group} also holds {}, given to no VM: bind them to vfio-pci \
+                 (or give them to {}) before the VM starts, or VFIO refuses the group",
+                outside.join(", "),
+                vms_in.first().copied().unwrap_or("the VM")
+            )
+        });
+        out.push(GroupUse {
+            group,
+            members,
+            warning,
+        });
+    }
+    Ok(out)
+}

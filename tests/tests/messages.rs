@@ -1,0 +1,320 @@
+//! Messages that say the fix, and refusals that leave nothing behind: each
+//! case runs the real binaries on captured trees and checks what a user reads.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use p2p_tests::{binary, fixture_dir, repo_root, run};
+
+const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
+const NESTED: &str = "qemu-11.1-nested-switch-iommu-on";
+
+fn root(name: &str) -> String {
+    fixture_dir(name).to_str().unwrap().to_string()
+}
+
+#[test]
+fn plan_names_the_real_mistake() {
+    let r = run(
+        "p2p-host",
+        &[
+            "plan",
+            "--sysfs-root",
+            &root(TWO_SOCKET),
+            "--gpu-class",
+            "0108",
+            "--vm",
+            "a=0000:23:00.0,0000:23:00.0",
+        ],
+    );
+    assert_ne!(r.code, Some(0));
+    assert!(
+        r.stderr.contains("VM a: 0000:23:00.0 is listed twice"),
+        "{}",
+        r.stderr
+    );
+    // Enum values in any case.
+    let r = run(
+        "p2p-host",
+        &[
+            "plan",
+            "--sysfs-root",
+            &root(TWO_SOCKET),
+            "--gpu-class",
+            "0108",
+            "--emit",
+            "QEMU",
+            "--guest-topology",
+            "Mirror",
+            "--max-level",
+            "Phb",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("-device pxb-pcie"));
+}
+
+#[test]
+fn plans_vfio_cannot_start_are_refused_or_warned() {
+    // nested-switch, IOMMU on: group 9 holds switch B's ports and gpu0/gpu1
+    // (25:00.0, 26:00.0); see the fixture's kernel/iommu_groups.
+    let split = run(
+        "p2p-host",
+        &[
+            "plan",
+            "--sysfs-root",
+            &root(NESTED),
+            "--gpu-class",
+            "0108",
+            "--vm",
+            "a=0000:25:00.0",
+            "--vm",
+            "b=0000:26:00.0",
+        ],
+    );
+    assert_ne!(split.code, Some(0));
+    assert!(
+        split
+            .stderr
+            .contains("IOMMU group 9 is split between VMs (0000:25:00.0 to a, 0000:26:00.0 to b)"),
+        "{}",
+        split.stderr
+    );
+    let half = run(
+        "p2p-host",
+        &[
+            "plan",
+            "--sysfs-root",
+            &root(NESTED),
+            "--gpu-class",
+            "0108",
+            "--vm",
+            "a=0000:25:00.0",
+            "--json",
+        ],
+    );
+    assert_eq!(half.code, Some(0), "{}", half.stderr);
+    assert!(
+        half.stderr
+            .contains("IOMMU group 9 also holds 0000:26:00.0"),
+        "{}",
+        half.stderr
+    );
+    let v: serde_json::Value = serde_json::from_str(&half.stdout).unwrap();
+    let g = &v["iommu_groups"][0];
+    assert_eq!(g["group"], 9);
+    // Four bridges (switch B's ports) need nothing; only the other endpoint warns.
+    let members = g["members"].as_array().unwrap();
+    assert_eq!(members.len(), 6);
+    assert_eq!(members.iter().filter(|m| m["bridge"] == true).count(), 4);
+    assert!(g["warning"]
+        .as_str()
+        .unwrap()
+        .contains("bind them to vfio-pci"));
+    // Both GPUs to one VM: no warning.
+    let whole = run(
+        "p2p-host",
+        &[
+            "plan",
+            "--sysfs-root",
+            &root(NESTED),
+            "--gpu-class",
+            "0108",
+            "--vm",
+            "a=0000:25:00.0,0000:26:00.0",
+        ],
+    );
+    assert_eq!(whole.code, Some(0));
+    assert!(!whole.stdout.contains("warning"), "{}", whole.stdout);
+}
+
+#[test]
+fn unknown_numa_is_said_to_be_unknown() {
+    // gpu6 (01:00.0) sits on pcie.0, which QEMU gives no _PXM.
+    let r = run(
+        "p2p-host",
+        &[
+            "topo",
+            "--sysfs-root",
+            &root(TWO_SOCKET),
+            "--gpu-class",
+            "0108",
+        ],
+    );
+    assert_eq!(r.code, Some(0));
+    let line = r.stdout.lines().find(|l| l.contains("GPU0-GPU1 ")).unwrap();
+    assert!(
+        line.contains("a NUMA node unknown (-1): counted as SYS"),
+        "{line}"
+    );
+}
+
+#[test]
+fn inject_keeps_the_capture_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config");
+    std::fs::copy(
+        fixture_dir(TWO_SOCKET).join(
+            "sysfs/devices/pci0000:20/0000:20:00.0/0000:21:00.0/0000:22:00.0/0000:23:00.0/config",
+        ),
+        &cfg,
+    )
+    .unwrap();
+    let before = std::fs::read(&cfg).unwrap();
+    let c = cfg.to_str().unwrap();
+    let r = run(
+        "p2p-host",
+        &[
+            "inject",
+            "--config",
+            c,
+            "--clique",
+            "1",
+            "--out",
+            c,
+            "--allow-non-nvidia",
+        ],
+    );
+    assert_ne!(r.code, Some(0));
+    assert!(
+        r.stderr.contains("is the captured config itself") && r.stderr.contains("--force"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(std::fs::read(&cfg).unwrap(), before, "nothing written");
+    // An NVMe is refused with the flag that allows it named.
+    let out = dir.path().join("v");
+    let r = run(
+        "p2p-host",
+        &[
+            "inject",
+            "--config",
+            c,
+            "--clique",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(r.stderr.contains("pass --allow-non-nvidia"), "{}", r.stderr);
+    let r = run(
+        "p2p-host",
+        &[
+            "inject",
+            "--config",
+            c,
+            "--clique",
+            "1",
+            "--out",
+            c,
+            "--allow-non-nvidia",
+            "--force",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_ne!(std::fs::read(&cfg).unwrap(), before);
+}
+
+#[test]
+fn probe_without_a_gpu_says_so_with_status_2() {
+    let r = run(
+        "p2p-guest",
+        &[
+            "probe",
+            "--no-driver",
+            "--sysfs-root",
+            &root("dev-vm-firecracker"),
+        ],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("No NVIDIA GPU (vendor 0x10de, display class 0x03)"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn compare_checks_the_svg_path_before_printing() {
+    let results = repo_root().join("docs/results/h200x2-2026-11-22");
+    let (a, b) = (
+        results.join("bench-p2p.json"),
+        results.join("bench-nop2p.json"),
+    );
+    let r = run(
+        "p2p-guest",
+        &[
+            "compare",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--svg",
+            "/nonexistent-dir/plot.svg",
+        ],
+    );
+    assert_ne!(r.code, Some(0));
+    assert!(
+        r.stdout.is_empty(),
+        "printed before failing: {}",
+        &r.stdout[..r.stdout.len().min(200)]
+    );
+    assert!(
+        r.stderr
+            .contains("directory /nonexistent-dir does not exist"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn serve_binds_before_its_banner_and_removes_its_socket_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgz = fixture_dir("h200x2-passthrough-guest").join("sysfs.tgz");
+    let rel = "sysfs/devices/pci0000:00/0000:00:06.0";
+    assert!(Command::new("tar")
+        .arg("xzf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(dir.path())
+        .arg(rel)
+        .status()
+        .unwrap()
+        .success());
+    let sock = dir.path().join("gpu.sock");
+    let mut child = Command::new(binary("p2p-host"))
+        .arg("serve")
+        .arg("--gpu")
+        .arg(format!(
+            "socket={},config={}/{rel}/config,clique=2,max-bar=256M",
+            sock.display(),
+            dir.path().display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !sock.exists() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(sock.exists(), "no socket after 20 s");
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the child's pid, which we own and have not reaped.
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!sock.exists(), "the socket was left behind");
+    let banner = err.find("gpu0: ").expect("banner");
+    let ready = err.find("ready: 1 GPU(s)").expect("ready line");
+    assert!(banner < ready, "{err}");
+    assert!(
+        err.contains("signal 15: stopping and removing the sockets"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("capability at 0xc8").count(),
+        1,
+        "said once: {err}"
+    );
+}
