@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use p2p_shared::report::bench::{BenchReport, Direction, Mode};
+use p2p_shared::report::{significant, size_label};
 use plotters::prelude::*;
 
 /// Why the plot could not be drawn.
@@ -38,7 +39,7 @@ fn curves(r: &BenchReport, mode: Mode, dir: Direction) -> Vec<(String, Curve)> {
                         && m.verification.ok()
                 })
                 .filter(|m| m.gbps.median > 0.0)
-                .map(|m| (m.bytes as f64, m.gbps.median))
+                .map(|m| ((m.bytes as f64).log2(), m.gbps.median))
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             let name = match (s, d) {
@@ -50,15 +51,30 @@ fn curves(r: &BenchReport, mode: Mode, dir: Direction) -> Vec<(String, Curve)> {
         .collect()
 }
 
-/// Tick labels fall on powers of ten: "10 B", "1 kB", "100 MB", "1 GB".
-fn decimal_size(x: f64) -> String {
-    for (unit, scale) in [("GB", 1e9), ("MB", 1e6), ("kB", 1e3)] {
-        if x >= scale {
-            return format!("{} {unit}", (x / scale).round());
-        }
+/// The x axis is log2 of the copy size, so ticks land on powers of two and
+/// read in the tables' units: "1 KiB", "32 MiB", "1 GiB".
+fn binary_size(log2: f64) -> String {
+    let r = log2.round();
+    if (log2 - r).abs() < 1e-6 && (0.0..63.0).contains(&r) {
+        size_label(1u64 << r as u32)
+    } else {
+        format!("2^{log2:.1} B")
     }
-    format!("{} B", x.round())
 }
+
+/// A run's colours, one per pair: blues for the base run, reds for the other.
+const BASE_COLOURS: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(23, 190, 207),
+    RGBColor(44, 62, 140),
+    RGBColor(120, 160, 220),
+];
+const OTHER_COLOURS: [RGBColor; 4] = [
+    RGBColor(214, 39, 40),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 20, 60),
+    RGBColor(230, 120, 150),
+];
 
 /// Draws every mode/direction both runs measured into one SVG file.
 pub fn draw(
@@ -117,7 +133,7 @@ pub fn draw(
             .x_label_area_size(36)
             .y_label_area_size(56)
             .build_cartesian_2d(
-                (xmin..xmax * 1.5).log_scale(),
+                (xmin - 0.5)..(xmax + 0.5),
                 (ymin / 2.0..ymax * 2.0).log_scale(),
             )
             .map_err(|e| err(e.to_string()))?;
@@ -125,13 +141,25 @@ pub fn draw(
             .configure_mesh()
             .x_desc("bytes per copy")
             .y_desc("GB/s")
-            .x_label_formatter(&|x| decimal_size(*x))
+            .x_label_formatter(&|x| binary_size(*x))
+            .y_label_formatter(&|y| significant(*y))
             .draw()
             .map_err(|e| err(e.to_string()))?;
-        for (runs, color, label) in [(b, BLUE, base_label), (o, RED, other_label)] {
-            for (name, pts) in runs {
-                chart
-                    .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+        // One colour per pair (so 0->1 and 1->0 are told apart); the other
+        // run dashed, so the runs differ without colour too.
+        for (runs, colours, label, dashed) in [
+            (b, &BASE_COLOURS, base_label, false),
+            (o, &OTHER_COLOURS, other_label, true),
+        ] {
+            for (i, (name, pts)) in runs.iter().enumerate() {
+                let color = colours[i % colours.len()];
+                let style = color.stroke_width(2);
+                let series = if dashed {
+                    chart.draw_series(DashedLineSeries::new(pts.iter().copied(), 6, 4, style))
+                } else {
+                    chart.draw_series(LineSeries::new(pts.iter().copied(), style))
+                };
+                series
                     .map_err(|e| err(e.to_string()))?
                     .label(format!("{label} {name}"))
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));

@@ -17,12 +17,26 @@ pub fn size_label(bytes: u64) -> String {
     }
 }
 
+/// A number for a table or an axis: two decimals from 1 up, three
+/// significant digits below (0.00213, not 0.00), so small bandwidths and
+/// latencies keep their value.
+pub fn significant(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    if x.abs() >= 1.0 {
+        return format!("{x:.2}");
+    }
+    let decimals = (-x.abs().log10().floor()) as usize + 2;
+    format!("{x:.decimals$}")
+}
+
 /// A cell: the median, or FAIL when the data did not verify.
 fn cell(m: Option<&Measurement>, value: impl Fn(&Measurement) -> f64) -> String {
     match m {
         None => "n/a".into(),
         Some(m) if !m.verification.ok() => "FAIL".into(),
-        Some(m) => format!("{:.2}", value(m)),
+        Some(m) => significant(value(m)),
     }
 }
 
@@ -259,5 +273,19 @@ impl BenchReport {
             out.push_str(&t.render());
             out.push('\n');
         }
+    }
+}
+
+#[cfg(test)]
+mod significant_tests {
+    use super::significant;
+
+    #[test]
+    fn small_values_keep_three_significant_digits() {
+        assert_eq!(significant(395.012), "395.01");
+        assert_eq!(significant(1.0), "1.00");
+        assert_eq!(significant(0.5), "0.500");
+        assert_eq!(significant(0.002134), "0.00213");
+        assert_eq!(significant(0.0), "0");
     }
 }
