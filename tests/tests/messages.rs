@@ -281,7 +281,7 @@ fn serve_binds_before_its_banner_and_removes_its_socket_on_sigterm() {
         .unwrap()
         .success());
     let sock = dir.path().join("gpu.sock");
-    let mut child = Command::new(binary("p2p-host"))
+    let child = Command::new(binary("p2p-host"))
         .arg("serve")
         .arg("--gpu")
         .arg(format!(
