@@ -285,7 +285,7 @@ fn apply_hot_adds_every_gpu_and_reports_each_answer() {
 }
 
 #[test]
-fn apply_stops_at_the_first_refusal_and_names_the_gpu() {
+fn apply_stops_at_the_first_refusal_and_undoes_what_it_added() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ch.sock");
     let server = FakeCloudHypervisor::start(
@@ -296,16 +296,20 @@ fn apply_stops_at_the_first_refusal_and_names_the_gpu() {
                 Some(json!({"id": "ua-vp2p-gpu0", "bdf": "0000:00:05.0"}).to_string()),
             ),
             (400, Some("\"Error adding device: invalid clique\"".into())),
+            (204, None),
             (200, None),
         ],
     );
     let r = apply(&sock, &[]);
     assert_eq!(r.code, Some(1));
-    assert_eq!(
-        server.received().len(),
-        2,
-        "nothing is sent after a refusal"
-    );
+    let got = server.received();
+    assert_eq!(got.len(), 3, "two adds, then one removal; nothing more");
+    assert_eq!(got[2].path, "/api/v1/vm.remove-device");
+    let body: Value = serde_json::from_str(&got[2].body).unwrap();
+    SchemaCheck::component("VmRemoveDevice")
+        .check(&body)
+        .unwrap_or_else(|e| panic!("{body} violates VmRemoveDevice: {e}"));
+    assert_eq!(body, json!({"id": "ua-vp2p-gpu0"}));
     assert!(
         r.stderr.contains(
             "refused /sys/bus/pci/devices/0000:00:07.0/ (id ua-vp2p-gpu1, clique 1): HTTP 400"
@@ -314,7 +318,31 @@ fn apply_stops_at_the_first_refusal_and_names_the_gpu() {
         r.stderr
     );
     assert!(r.stderr.contains("invalid clique"), "{}", r.stderr);
-    assert!(r.stderr.contains("1 of 4 GPU(s) added"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("1 GPU(s) added before it removed again: the VM is as it was"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stdout.contains("removed ua-vp2p-gpu0 again -> 204"),
+        "{}",
+        r.stdout
+    );
+    drop(server);
+
+    // --keep-partial leaves the added GPU in place and says so.
+    let sock = dir.path().join("ch3.sock");
+    let server = FakeCloudHypervisor::start(&sock, vec![(204, None), (400, None), (204, None)]);
+    let r = apply(&sock, &["--keep-partial"]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(server.received().len(), 2, "no removal with --keep-partial");
+    assert!(
+        r.stderr
+            .contains("1 of 4 GPU(s) added and kept (--keep-partial)"),
+        "{}",
+        r.stderr
+    );
     drop(server);
 
     let sock = dir.path().join("ch2.sock");
@@ -323,7 +351,7 @@ fn apply_stops_at_the_first_refusal_and_names_the_gpu() {
     assert_eq!(r.code, Some(1));
     assert_eq!(server.received().len(), 1);
     assert!(
-        r.stderr.contains("HTTP 404; 0 of 1 GPU(s) added"),
+        r.stderr.contains("HTTP 404; no GPU was added"),
         "{}",
         r.stderr
     );

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Args;
-use p2p_host::vmm::ch_api::{add_devices, ApiClient};
+use p2p_host::vmm::ch_api::{add_devices, remove_devices, AddOutcome, ApiClient, RemoveOutcome};
 use p2p_host::vmm::cloud_hypervisor::device_configs;
 
 use super::plan::PlanArgs;
@@ -20,6 +20,18 @@ pub struct ApplyArgs {
     /// Print the answers as JSON.
     #[arg(long)]
     json: bool,
+    /// When a hot-add is refused, keep the GPUs this run already added
+    /// (default: remove them again, so the VM is as it was).
+    #[arg(long)]
+    keep_partial: bool,
+}
+
+/// What `--json` prints: every add, and every removal a refusal caused.
+#[derive(Debug, serde::Serialize)]
+struct ApplyReport<'a> {
+    schema: &'static str,
+    added: &'a [AddOutcome],
+    rolled_back: &'a [RemoveOutcome],
 }
 
 pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
@@ -43,12 +55,58 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
             );
         }
     })?;
+    let refused = outcomes.iter().find(|o| !(200..300).contains(&o.status));
+    // All or nothing: a refusal removes what this run added, newest first.
+    let added_ids: Vec<String> = outcomes
+        .iter()
+        .filter(|o| (200..300).contains(&o.status))
+        .map(|o| o.device.id.clone())
+        .collect();
+    let rolled_back = match refused {
+        Some(_) if !args.keep_partial && !added_ids.is_empty() => {
+            remove_devices(&client, &added_ids)?
+        }
+        _ => Vec::new(),
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&outcomes)?);
+        let report = ApplyReport {
+            schema: "vp2p.apply/1",
+            added: &outcomes,
+            rolled_back: &rolled_back,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for r in &rolled_back {
+            println!("removed {} again -> {}", r.id, r.status);
+        }
     }
-    if let Some(bad) = outcomes.iter().find(|o| !(200..300).contains(&o.status)) {
+    if let Some(bad) = refused {
+        let undone = rolled_back
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .count();
+        let left = if added_ids.is_empty() {
+            "no GPU was added".to_string()
+        } else if args.keep_partial {
+            format!(
+                "{} of {} GPU(s) added and kept (--keep-partial)",
+                added_ids.len(),
+                devices.len()
+            )
+        } else if undone == added_ids.len() {
+            format!(
+                "{} GPU(s) added before it removed again: the VM is as it was",
+                added_ids.len()
+            )
+        } else {
+            format!(
+                "{} GPU(s) added before it, {undone} removed again: {} still in the VM",
+                added_ids.len(),
+                added_ids.len() - undone
+            )
+        };
         bail!(
-            "Cloud Hypervisor refused {} (id {}, clique {}): HTTP {}{}; {} of {} GPU(s) added",
+            "Cloud Hypervisor refused {} (id {}, clique {}): HTTP {}{}; {left}",
             bad.device.path,
             bad.device.id,
             bad.device.x_nv_gpudirect_clique,
@@ -58,8 +116,6 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
             } else {
                 format!(": {}", bad.body.trim())
             },
-            outcomes.len() - 1,
-            devices.len()
         );
     }
     if !json {

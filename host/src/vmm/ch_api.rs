@@ -208,6 +208,40 @@ pub fn add_devices(
     Ok(out)
 }
 
+/// The body of `vm.remove-device` (OpenAPI schema VmRemoveDevice).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoveDevice {
+    pub id: String,
+}
+
+/// The answer to one GPU's removal.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RemoveOutcome {
+    pub id: String,
+    pub status: u16,
+    pub body: String,
+}
+
+/// Sends `vm.remove-device` for each id, newest first, whatever the answers:
+/// undoing a partial hot-add. Returns every answer.
+pub fn remove_devices(client: &ApiClient, ids: &[String]) -> Result<Vec<RemoveOutcome>, ApiError> {
+    let mut out = Vec::new();
+    for id in ids.iter().rev() {
+        let body =
+            serde_json::to_string(&RemoveDevice { id: id.clone() }).map_err(|e| ApiError::Io {
+                path: client.socket.clone(),
+                why: e.to_string(),
+            })?;
+        let resp = client.put("vm.remove-device", &body)?;
+        out.push(RemoveOutcome {
+            id: id.clone(),
+            status: resp.status,
+            body: resp.body,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
