@@ -32,6 +32,22 @@ pub struct PlanReport {
     pub iommu_groups: Vec<GroupUse>,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::compact;
+
+    #[test]
+    fn long_gpu_lists_become_counts() {
+        let long = "apart from 0000:01:00.0 (SYS), 0000:41:00.0 (NODE), 0000:83:00.0 (SYS), 0000:84:00.0 (SYS): beyond PHB without NVLink";
+        assert_eq!(
+            compact(long),
+            "apart from 4 GPUs (SYS 3, NODE 1; each pair below): beyond PHB without NVLink"
+        );
+        let short = "with 0000:24:00.0 (PIX), 0000:26:00.0 (PHB)";
+        assert_eq!(compact(short), short);
+    }
+}
+
 impl PlanReport {
     pub fn new(
         sysfs_root: &str,
@@ -69,11 +85,8 @@ impl PlanReport {
             );
             let mut t = Table::new(["GPU", "CLIQUE", "REASONS"]).indent(2);
             for a in &vm.assignments {
-                t.row([
-                    a.bdf.to_string(),
-                    a.clique.to_string(),
-                    a.reasons.join("; "),
-                ]);
+                let reasons: Vec<String> = a.reasons.iter().map(|r| compact(r)).collect();
+                t.row([a.bdf.to_string(), a.clique.to_string(), reasons.join("; ")]);
             }
             out.push_str(&t.render());
             if !vm.pairs.is_empty() {
@@ -106,6 +119,43 @@ impl PlanReport {
         }
         out
     }
+}
+
+/// A reason listing more than three GPUs ("with A (PIX), B (PHB), ..." or
+/// "apart from ...: beyond ...") shortened to a count per class for the
+/// table; the pair table lists every pair, and `--json` keeps the full text.
+fn compact(reason: &str) -> String {
+    for head in ["with ", "apart from "] {
+        let Some(rest) = reason.strip_prefix(head) else {
+            continue;
+        };
+        let (list, tail) = match rest.split_once(": ") {
+            Some((l, t)) => (l, format!(": {t}")),
+            None => (rest, String::new()),
+        };
+        let entries: Vec<&str> = list.split(", ").collect();
+        if entries.len() <= 3 {
+            return reason.to_string();
+        }
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for e in &entries {
+            let class = e
+                .rsplit_once(" (")
+                .map_or("?", |(_, c)| c.trim_end_matches(')'))
+                .to_string();
+            match counts.iter_mut().find(|(c, _)| *c == class) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((class, 1)),
+            }
+        }
+        let by_class: Vec<String> = counts.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        return format!(
+            "{head}{} GPUs ({}; each pair below){tail}",
+            entries.len(),
+            by_class.join(", ")
+        );
+    }
+    reason.to_string()
 }
 
 /// The guest map: where each device lands, and the emulated ports above it.
