@@ -33,6 +33,7 @@ run() {
     read -r variant blocks threads < <(python3 - "$out/tune.json" <<'PY'
 import json, sys
 pts = json.load(open(sys.argv[1]))
+pts = pts["points"] if isinstance(pts, dict) else pts
 best = {}
 for p in pts:
     if p["verified"]:

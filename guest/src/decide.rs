@@ -8,7 +8,7 @@ use crate::probe::sysfs::{CapabilityState, GuestGpu};
 use p2p_shared::Bdf;
 
 /// What to do with a pair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Enable,
@@ -18,14 +18,14 @@ pub enum Verdict {
 }
 
 /// A disagreement or a missing fact, with a stable kind for machines.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Flag {
     pub kind: FlagKind,
     pub message: String,
 }
 
 /// The kinds of inconsistency the probe reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FlagKind {
     /// Capability says yes, CUDA says no (hypervisor hidden, old driver, ...).
@@ -47,7 +47,7 @@ pub enum FlagKind {
 }
 
 /// The driver's answers for one ordered pair, as the probe recorded them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaPeer {
     pub can_access: bool,
     pub performance_rank: i32,
@@ -55,7 +55,7 @@ pub struct CudaPeer {
 }
 
 /// Facts about one unordered pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairFacts {
     pub a: Bdf,
     pub b: Bdf,
@@ -66,7 +66,7 @@ pub struct PairFacts {
 }
 
 /// The decision for one pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeerDecision {
     pub a: Bdf,
     pub b: Bdf,

@@ -46,8 +46,10 @@ pub enum SnapshotError {
 }
 
 /// What a snapshot captured.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct SnapshotSummary {
+    /// `vp2p.snapshot/1`.
+    pub schema: String,
     pub functions: usize,
     pub files: usize,
     /// Functions whose config read returned fewer than 256 bytes (not root).
@@ -69,6 +71,7 @@ pub fn snapshot(root: &SysfsRoot, out: &Path) -> Result<SnapshotSummary, Snapsho
         return Err(SnapshotError::NotEmpty(dest));
     }
     let mut summary = SnapshotSummary {
+        schema: "vp2p.snapshot/1".into(),
         out: dest.clone(),
         ..Default::default()
     };

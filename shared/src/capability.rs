@@ -26,7 +26,19 @@ pub const P2P_VERSION: u8 = 0;
 pub const MAX_CLIQUE: u8 = 15;
 
 /// A P2P clique id, 0..=15. GPUs of one VM with equal ids may do peer-to-peer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(try_from = "u8", into = "u8")]
 pub struct Clique(u8);
 
@@ -91,7 +103,7 @@ pub enum CapabilityError {
 }
 
 /// A decoded P2P clique capability and the next pointer it carried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct P2pCapability {
     pub clique: Clique,
     pub next: u8,
@@ -178,7 +190,7 @@ pub const BTS_SIGNATURE: [u8; 3] = *b"BTS";
 
 /// NVIDIA's second virtual capability (driver 580.65 and later), found by the
 /// same list walk; the overlay keeps it intact and `probe` decodes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BtsCapability {
     /// Bit 0 of the upper 16 bits: PCIe egress poison enable.
     pub egress_poison: bool,

@@ -110,7 +110,7 @@ impl<'de> Deserialize<'de> for PathClass {
 }
 
 /// Where peer-to-peer requests between the pair turn around.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PeerRoute {
     /// Both addresses are the same function.
@@ -146,7 +146,7 @@ impl PeerRoute {
 }
 
 /// A bridge on a pair's path and what its ACS does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PathBridge {
     pub bdf: Bdf,
     pub port_type: Option<PciePortType>,
@@ -154,14 +154,14 @@ pub struct PathBridge {
 }
 
 /// NVLinks joining a pair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvLinkBond {
     /// Links in the bond; None when the source could not count them.
     pub count: Option<u32>,
 }
 
 /// Everything vp2p knows about the path between two functions.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairPath {
     pub a: Bdf,
     pub b: Bdf,
@@ -322,4 +322,18 @@ fn switch_units(topo: &Topology, path: &[Bdf]) -> usize {
         bdf
     };
     path.iter().map(|b| unit(*b)).collect::<BTreeSet<_>>().len()
+}
+
+impl schemars::JsonSchema for PathClass {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PathClass".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "Path class as nvidia-smi topo -m prints it: X, PIX, PXB, PHB, NODE, SYS, NV<count> (NV? when the count is unknown)",
+            "pattern": "^(X|PIX|PXB|PHB|NODE|SYS|NV[0-9]+|NV\\?)$"
+        })
+    }
 }

@@ -27,7 +27,7 @@ pub enum PlanError {
 }
 
 /// The farthest PCIe class at which two GPUs still share a clique.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(try_from = "PathClass", into = "PathClass")]
 pub struct MaxLevel(PathClass);
 
@@ -73,7 +73,7 @@ impl fmt::Display for MaxLevel {
 }
 
 /// What the policy says about one GPU pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairVerdict {
     pub a: Bdf,
     pub b: Bdf,
@@ -88,7 +88,7 @@ pub struct PairVerdict {
 }
 
 /// One GPU's clique and the reasons for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Assignment {
     pub bdf: Bdf,
     pub clique: Clique,
@@ -96,7 +96,7 @@ pub struct Assignment {
 }
 
 /// The clique plan for one VM.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CliquePlan {
     pub vm: String,
     pub max_level: MaxLevel,

@@ -12,7 +12,7 @@ use crate::bdf::Bdf;
 use crate::topology::Topology;
 
 /// One function of a group the VMs use.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupMember {
     pub bdf: Bdf,
     /// The VM it is given to, or None.
@@ -23,7 +23,7 @@ pub struct GroupMember {
 }
 
 /// An IOMMU group some VM's device sits in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupUse {
     pub group: u32,
     pub members: Vec<GroupMember>,

@@ -10,6 +10,7 @@ pub mod capability;
 pub mod classify;
 pub mod clique;
 pub mod guest_layout;
+pub mod hex;
 pub mod iommu_groups;
 pub mod nccl_topo;
 pub mod pci;

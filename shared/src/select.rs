@@ -16,7 +16,7 @@ use crate::topology::PciFunction;
 pub const NVIDIA_VENDOR: u16 = 0x10de;
 
 /// What a function is to vp2p.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Gpu,
@@ -32,7 +32,9 @@ pub enum Role {
 }
 
 /// A class-code prefix: 2, 4 or 6 hex digits (base class, +subclass, +prog-if).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// In JSON it is the string the command line takes and the text prints
+/// (`"0x0108"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassPrefix {
     pub value: u32,
     /// Number of significant hex digits (2, 4 or 6).
@@ -70,6 +72,47 @@ impl fmt::Display for ClassPrefix {
     }
 }
 
+impl Serialize for ClassPrefix {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ClassPrefix {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Reports written before 2026-11-23 carried {"value": 264, "digits": 4}.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Old { value: u32, digits: u8 },
+        }
+        match Form::deserialize(d)? {
+            Form::Text(t) => t.parse().map_err(serde::de::Error::custom),
+            Form::Old { value, digits } if matches!(digits, 2 | 4 | 6) => {
+                Ok(ClassPrefix { value, digits })
+            }
+            Form::Old { digits, .. } => Err(serde::de::Error::custom(format!(
+                "a class prefix has 2, 4 or 6 digits, not {digits}"
+            ))),
+        }
+    }
+}
+
+impl schemars::JsonSchema for ClassPrefix {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ClassPrefix".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "PCI class-code prefix, 2, 4 or 6 hex digits after 0x (base class, subclass, programming interface)",
+            "pattern": "^0x([0-9a-f]{2}|[0-9a-f]{4}|[0-9a-f]{6})$"
+        })
+    }
+}
+
 impl ClassPrefix {
     pub fn matches(&self, class: u32) -> bool {
         let shift = 24 - 4 * u32::from(self.digits);
@@ -78,7 +121,7 @@ impl ClassPrefix {
 }
 
 /// How GPUs are told from other endpoints.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "by", rename_all = "snake_case")]
 pub enum GpuSelector {
     /// NVIDIA vendor id and display class (0x03xxxx).
@@ -135,5 +178,10 @@ mod tests {
             "0x0108".parse::<ClassPrefix>().unwrap().to_string(),
             "0x0108"
         );
+        // JSON reads as the command line and the text: "0x0108".
+        let p: ClassPrefix = "0108".parse().unwrap();
+        assert_eq!(serde_json::to_string(&p).unwrap(), "\"0x0108\"");
+        let old: ClassPrefix = serde_json::from_str(r#"{"value":264,"digits":4}"#).unwrap();
+        assert_eq!(old, p);
     }
 }

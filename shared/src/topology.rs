@@ -8,7 +8,7 @@ use crate::bdf::Bdf;
 use crate::pci::{Acs, PciePortType};
 
 /// A PCI host bridge (root complex), the `pciDDDD:BB` directory in sysfs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostBridge {
     /// sysfs name, for example `pci0000:00`.
     pub name: String,
@@ -19,7 +19,7 @@ pub struct HostBridge {
 }
 
 /// What is known of a function's ACS.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum AcsState {
     /// The function has no ACS capability.
@@ -37,7 +37,7 @@ pub enum AcsState {
 }
 
 /// Link attributes as sysfs reports them (strings such as "32.0 GT/s PCIe").
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinkInfo {
     pub current_speed: Option<String>,
     pub current_width: Option<u8>,
@@ -46,7 +46,7 @@ pub struct LinkInfo {
 }
 
 /// One PCI function and the facts vp2p needs of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PciFunction {
     pub bdf: Bdf,
     pub vendor: u16,
@@ -98,7 +98,7 @@ impl PciFunction {
 }
 
 /// How the NVLink map was obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NvLinkSource {
     /// NVML, with the NVIDIA driver loaded.
@@ -110,7 +110,7 @@ pub enum NvLinkSource {
 }
 
 /// `count` NVLinks join GPUs `a` and `b` (directly or through NVSwitches).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvLink {
     pub a: Bdf,
     pub b: Bdf,
@@ -119,14 +119,14 @@ pub struct NvLink {
 }
 
 /// A NUMA node and its CPUs, from `devices/system/node` when the tree has it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NumaNode {
     pub id: u32,
     pub cpulist: String,
 }
 
 /// The PCI topology of one machine.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Topology {
     pub host_bridges: Vec<HostBridge>,
     /// Every function, sorted by address.

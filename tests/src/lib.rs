@@ -11,6 +11,7 @@ pub mod emitted;
 pub mod openapi;
 pub mod qemu;
 pub mod qemu_expect;
+pub mod schemas;
 pub mod topo_m;
 
 /// The repository root (the workspace directory).

@@ -190,8 +190,8 @@ fn injected_cliques_reach_the_guest() {
         );
         c.eq(
             format!("probe {bdf}: offset 0xc8"),
-            g["capability"]["offset"].as_u64(),
-            Some(0xc8),
+            g["capability"]["offset"].as_str(),
+            Some("0xc8"),
         );
         c.eq(
             format!("probe {bdf}: clique as served"),

@@ -71,10 +71,10 @@ fn inject_writes_the_capability_at_c8_and_links_it_from_b1() {
     assert_eq!(j["schema"], "vp2p.inject/1");
     assert_eq!(j["length"], 4096);
     assert_eq!(j["placement"]["action"], "injected");
-    assert_eq!(j["placement"]["offset"], 0xc8);
+    assert_eq!(j["placement"]["offset"], "0xc8");
     assert_eq!(j["placement"]["clique"], 6);
-    assert_eq!(j["placement"]["linked_after"]["offset"], 0xb0);
-    assert_eq!(j["pointer_offset"], 0xb1);
+    assert_eq!(j["placement"]["linked_after"]["offset"], "0xb0");
+    assert_eq!(j["pointer_offset"], "0xb1");
     assert_eq!(j["cap_pointer_changed"], false);
     assert_eq!(j["status_changed"], false);
     assert_eq!(j["patches"].as_array().unwrap().len(), 3);

@@ -280,7 +280,7 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
 }
 
 /// One point of an SM copy tuning sweep.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct TunePoint {
     pub variant: &'static str,
     pub blocks_per_sm: u32,

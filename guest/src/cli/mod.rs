@@ -4,6 +4,7 @@ mod bench;
 mod compare;
 mod nccl_topo;
 mod probe;
+mod schema;
 mod tune;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,9 @@ enum Command {
     /// NCCL's topology file: derived from the GPUs' cliques (GPUs of one clique
     /// under one switch), or `install` the host's file from fw_cfg.
     NcclTopo(nccl_topo::NcclTopoArgs),
+    /// Print the JSON Schema of a document this tool writes (probe, bench,
+    /// compare, nccl-topo, tune); the list without a name.
+    Schema(schema::SchemaArgs),
     /// Sweep SM copy kernel variants and grid shapes (for tuning defaults).
     #[command(hide = true)]
     TuneSm(tune::TuneArgs),
@@ -41,5 +45,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compare(a) => compare::run(a),
         Command::TuneSm(a) => tune::run(a),
         Command::NcclTopo(a) => nccl_topo::run(a),
+        Command::Schema(a) => schema::run(a),
     }
 }

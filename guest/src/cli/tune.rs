@@ -53,7 +53,11 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     let mut points = tune_sm(cfg, &args.blocks_per_sm, &args.threads, &Bar::new(true))?;
     points.sort_by(|a, b| b.gbps.total_cmp(&a.gbps));
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&points)?);
+        let doc = TuneReport {
+            schema: "vp2p.tune/1",
+            points: &points,
+        };
+        println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     let mut t = Table::new([
@@ -76,4 +80,11 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     }
     print!("{}", t.render());
     Ok(())
+}
+
+/// What `tune-sm --json` prints: every point of the sweep, fastest first.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct TuneReport<'a> {
+    pub schema: &'static str,
+    pub points: &'a [p2p_guest::bench::TunePoint],
 }

@@ -11,7 +11,7 @@ use p2p_shared::report::{size_label, Table};
 use serde::Serialize;
 
 /// One matched measurement.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CompareRow {
     pub mode: Mode,
     pub direction: Direction,
@@ -32,8 +32,11 @@ pub struct CompareRow {
 }
 
 /// The comparison of two runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Comparison {
+    /// `vp2p.compare/1`.
+    #[serde(default)]
+    pub schema: String,
     pub base_label: String,
     pub other_label: String,
     pub rows: Vec<CompareRow>,
@@ -41,6 +44,9 @@ pub struct Comparison {
     pub only_in_base: usize,
     pub only_in_other: usize,
 }
+
+/// Schema tag of `compare --json`.
+pub const COMPARE_SCHEMA: &str = "vp2p.compare/1";
 
 fn key(m: &Measurement) -> (Mode, Direction, Option<usize>, Option<usize>, u64) {
     (m.mode, m.direction, m.src, m.dst, m.bytes)
@@ -83,6 +89,7 @@ pub fn compare(base: &BenchReport, other: &BenchReport) -> Comparison {
     rows.sort_by_key(|r| (r.mode, r.direction, r.src, r.dst, r.bytes));
     let matched = rows.len();
     Comparison {
+        schema: COMPARE_SCHEMA.into(),
         base_label: label(base, "base"),
         other_label: label(other, "other"),
         rows,

@@ -7,7 +7,7 @@ use super::memory::bind;
 use super::{check, CudaError, Gpu};
 
 /// The driver's view of one ordered pair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeerAnswer {
     pub src: usize,
     pub dst: usize,

@@ -55,7 +55,7 @@ pub fn fw_cfg_path(sysfs_root: &Path) -> PathBuf {
 }
 
 /// One GPU of a derived file: its clique and the switch it was put below.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DerivedGpu {
     pub busid: Bdf,
     pub clique: Option<u8>,
@@ -64,7 +64,7 @@ pub struct DerivedGpu {
 }
 
 /// One check of a file against the guest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileCheck {
     pub busid: Bdf,
     /// What the file says: `GPU 0x10de:0x2335`, `switch`.
@@ -75,7 +75,7 @@ pub struct FileCheck {
 }
 
 /// What `p2p-guest nccl-topo` did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclTopoReport {
     pub schema: String,
     /// `cliques` (derived here) or the file read (`fw_cfg` path or --from).

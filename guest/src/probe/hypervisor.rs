@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What CPUID says about a hypervisor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HypervisorInfo {
     /// CPUID.1:ECX bit 31.
     pub present_bit: bool,

@@ -9,7 +9,7 @@ use p2p_shared::Bdf;
 use serde::{Deserialize, Serialize};
 
 /// One GPU's NVLinks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuLinks {
     pub bdf: Bdf,
     pub active: u32,
@@ -20,7 +20,7 @@ pub struct GpuLinks {
 }
 
 /// An NVLink P2P path NVML reports between two GPUs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvLinkPair {
     pub a: Bdf,
     pub b: Bdf,
@@ -29,7 +29,7 @@ pub struct NvLinkPair {
 }
 
 /// NVML's picture, or why there is none.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvLinkView {
     pub driver_version: Option<String>,
     pub gpus: Vec<GpuLinks>,

@@ -17,7 +17,7 @@ use crate::decide::{self, CudaPeer, Flag, PairFacts, PeerDecision, Verdict};
 pub const PROBE_SCHEMA: &str = "vp2p.probe/1";
 
 /// A GPU with everything the probe learnt about it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeGpu {
     pub bdf: Bdf,
     pub vendor: String,
@@ -35,7 +35,7 @@ pub struct ProbeGpu {
 }
 
 /// CUDA's availability.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaStatus {
     pub available: bool,
     /// Why not, when unavailable.
@@ -44,7 +44,7 @@ pub struct CudaStatus {
 }
 
 /// What `--enable` did for one ordered pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EnableResult {
     pub src: Bdf,
     pub dst: Bdf,
@@ -53,7 +53,7 @@ pub struct EnableResult {
 }
 
 /// The whole probe report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeReport {
     pub schema: String,
     pub sysfs_root: String,

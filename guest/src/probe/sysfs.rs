@@ -20,16 +20,26 @@ pub enum ProbeError {
 }
 
 /// What a GPU's config space says about the P2P capability.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum CapabilityState {
     /// A valid capability: the driver would read this clique.
-    Present { offset: u8, clique: Clique },
+    Present {
+        #[serde(with = "p2p_shared::hex::u8")]
+        #[schemars(with = "p2p_shared::hex::Hex")]
+        offset: u8,
+        clique: Clique,
+    },
     /// The capability list has no P2P capability.
     Absent,
     /// Something at `offset` looks like the capability but the driver would
     /// reject it (bad signature, version != 0, wrong length).
-    Invalid { offset: u8, why: String },
+    Invalid {
+        #[serde(with = "p2p_shared::hex::u8")]
+        #[schemars(with = "p2p_shared::hex::Hex")]
+        offset: u8,
+        why: String,
+    },
     /// The config space could not be read far enough (non-root: 64 bytes).
     Unreadable { why: String },
 }
@@ -44,7 +54,7 @@ impl CapabilityState {
 }
 
 /// One NVIDIA GPU as the guest's PCI bus shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestGpu {
     pub bdf: Bdf,
     pub vendor: u16,
@@ -57,12 +67,16 @@ pub struct GuestGpu {
 }
 
 /// A BTS capability found in the list, decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BtsState {
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
     /// Bit 0 of its upper 16 bits: PCIe egress poison enable.
     pub egress_poison: bool,
     /// The upper 16 bits as found.
+    #[serde(with = "p2p_shared::hex::u16")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub upper: u16,
 }
 

@@ -27,8 +27,8 @@ pub struct ApplyArgs {
 }
 
 /// What `--json` prints: every add, and every removal a refusal caused.
-#[derive(Debug, serde::Serialize)]
-struct ApplyReport<'a> {
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ApplyReport<'a> {
     schema: &'static str,
     added: &'a [AddOutcome],
     rolled_back: &'a [RemoveOutcome],

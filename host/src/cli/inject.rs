@@ -37,14 +37,16 @@ pub struct InjectArgs {
 }
 
 /// What `--json` prints.
-#[derive(Debug, Serialize)]
-struct InjectReport<'a> {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct InjectReport<'a> {
     schema: &'static str,
     input: &'a Path,
     output: &'a Path,
     length: usize,
     placement: &'a Placement,
     /// The byte that now points to the capability (a next pointer or 0x34).
+    #[serde(with = "p2p_shared::hex::opt_u8")]
+    #[schemars(with = "Option<p2p_shared::hex::Hex>")]
     pointer_offset: Option<u8>,
     cap_pointer_changed: bool,
     status_changed: bool,

@@ -3,6 +3,7 @@
 mod apply;
 mod inject;
 mod plan;
+mod schema;
 mod select;
 mod serve;
 mod snapshot;
@@ -33,6 +34,9 @@ enum Command {
     /// Write the virtual config space a guest would read: a captured config
     /// with the P2P capability placed in it, and say where it went.
     Inject(inject::InjectArgs),
+    /// Print the JSON Schema of a document this tool writes (topo, plan,
+    /// inject, snapshot, apply); the list without a name.
+    Schema(schema::SchemaArgs),
     /// Serve captured GPUs over vfio-user with the P2P capability in their
     /// config space (QEMU -device vfio-user-pci, Cloud Hypervisor --user-device).
     Serve(serve::ServeArgs),
@@ -46,5 +50,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Apply(a) => apply::run(a),
         Command::Inject(a) => inject::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Schema(a) => schema::run(a),
     }
 }

@@ -8,13 +8,19 @@ use serde::Serialize;
 /// reading `value`. Applying every patch to the physical bytes gives the
 /// virtual config space exactly:
 /// `virtual = (physical & !mask) | (value & mask)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 pub struct ConfigPatch {
     /// Dword-aligned config offset (`offset % 4 == 0`).
+    #[serde(with = "p2p_shared::hex::u16")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u16,
     /// Bits the overlay owns (little-endian dword, as a 32-bit config read returns it).
+    #[serde(with = "p2p_shared::hex::u32")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub mask: u32,
     /// Their values; bits outside `mask` are zero.
+    #[serde(with = "p2p_shared::hex::u32")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub value: u32,
 }
 

@@ -38,7 +38,7 @@ pub const STATUS_OFFSET: u8 = 0x06;
 pub const STATUS_CAP_LIST: u8 = 0x10;
 
 /// Whether the overlay adds the capability or found it already there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PlacementAction {
     /// The capability is added to the virtual config space.
@@ -48,19 +48,29 @@ pub enum PlacementAction {
 }
 
 /// A byte the overlay changes: its offset, physical value and virtual value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BytePatch {
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub old: u8,
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub new: u8,
 }
 
 /// The capability that was last in the list and now points to the new one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LinkedAfter {
     /// Its capability id.
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub id: u8,
     /// Its offset.
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
     /// Its next pointer (at `offset + 1`): the old value (0, or reserved bits
     /// only) and the new one (the capability's offset).
@@ -68,7 +78,7 @@ pub struct LinkedAfter {
 }
 
 /// Why an 8-byte slot cannot take the capability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "why", rename_all = "snake_case")]
 pub enum SlotConflict {
     /// Its bytes overlap a capability of the list.
@@ -79,8 +89,10 @@ pub enum SlotConflict {
 }
 
 /// A slot tried and rejected, and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RejectedSlot {
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
     pub conflict: SlotConflict,
 }
@@ -129,10 +141,12 @@ impl fmt::Display for RejectedSlot {
 }
 
 /// Where the capability went and everything the overlay changed to put it there.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Placement {
     pub action: PlacementAction,
     /// Offset of the capability in config space.
+    #[serde(with = "p2p_shared::hex::u8")]
+    #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
     pub clique: Clique,
     /// Its 8 bytes as the guest reads them.
@@ -149,6 +163,8 @@ pub struct Placement {
     pub rejected: Vec<RejectedSlot>,
     /// Offset of the driver's BTS capability (signature "BTS"), which the
     /// overlay keeps intact, when the list has one.
+    #[serde(with = "p2p_shared::hex::opt_u8")]
+    #[schemars(with = "Option<p2p_shared::hex::Hex>")]
     pub bts_offset: Option<u8>,
 }
 

@@ -173,7 +173,7 @@ impl ApiClient {
 }
 
 /// The answer to one GPU's hot-add.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct AddOutcome {
     pub device: DeviceConfig,
     pub status: u16,
@@ -209,13 +209,15 @@ pub fn add_devices(
 }
 
 /// The body of `vm.remove-device` (OpenAPI schema VmRemoveDevice).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct RemoveDevice {
     pub id: String,
 }
 
 /// The answer to one GPU's removal.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct RemoveOutcome {
     pub id: String,
     pub status: u16,

@@ -15,7 +15,7 @@ pub fn sysfs_path(bdf: &Bdf) -> String {
 }
 
 /// The DeviceConfig body of `vm.add-device` (OpenAPI schema DeviceConfig).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceConfig {
     pub path: String,
     pub id: String,

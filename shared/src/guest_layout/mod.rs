@@ -28,7 +28,9 @@ pub use build::{flat, mirror, VmDevice};
 pub use link::{max_or_current, LinkSpeed};
 
 /// How the guest's PCIe tree is laid out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum GuestLayout {
     /// Every device on the guest's root bus (`pcie.0`).
@@ -39,7 +41,7 @@ pub enum GuestLayout {
 }
 
 /// What a device is to the guest layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceRole {
     Gpu,
@@ -48,7 +50,7 @@ pub enum DeviceRole {
 }
 
 /// The kind of emulated PCIe port, named after the QEMU device that provides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PortKind {
     /// `pcie-root-port` (libvirt model `pcie-root-port`).
@@ -85,14 +87,14 @@ impl PortKind {
 }
 
 /// A PCIe link as the host reports it: the speed and width the guest should see.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestLink {
     pub speed: LinkSpeed,
     pub width: u8,
 }
 
 /// A guest NUMA node and the host node it stands for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestNumaNode {
     pub guest: u32,
     pub host: u32,
@@ -114,24 +116,30 @@ impl fmt::Display for GuestNumaNode {
 }
 
 /// A guest host bridge (`pxb-pcie`) standing for one host root complex.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestRootComplex {
     /// QEMU id and libvirt alias.
     pub id: String,
     /// The host root complex it mirrors (`pci0000:20`).
     pub host: String,
     /// Its slot on `pcie.0`.
+    #[serde(with = "crate::hex::u8")]
+    #[schemars(with = "crate::hex::Hex")]
     pub slot: u8,
     /// The guest bus number of its root bus (`bus_nr`, libvirt `busNr`).
+    #[serde(with = "crate::hex::u8")]
+    #[schemars(with = "crate::hex::Hex")]
     pub bus_nr: u8,
     /// Highest bus number below it.
+    #[serde(with = "crate::hex::u8")]
+    #[schemars(with = "crate::hex::Hex")]
     pub last_bus: u8,
     /// Guest NUMA node; None when the host's node is unknown (-1).
     pub numa_node: Option<u32>,
 }
 
 /// An emulated PCIe port.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestPort {
     pub id: String,
     pub kind: PortKind,
@@ -143,6 +151,8 @@ pub struct GuestPort {
     /// Its own guest address.
     pub guest: Bdf,
     /// The bus number below it.
+    #[serde(with = "crate::hex::u8")]
+    #[schemars(with = "crate::hex::Hex")]
     pub secondary_bus: u8,
     /// `chassis` of slot ports (root and downstream ports), unique in the VM.
     pub chassis: Option<u8>,
@@ -152,7 +162,7 @@ pub struct GuestPort {
 }
 
 /// A passed-through device at its guest address.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestDevice {
     pub id: String,
     pub role: DeviceRole,
@@ -167,7 +177,7 @@ pub struct GuestDevice {
 }
 
 /// The guest PCIe tree of one VM.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestTopology {
     pub layout: GuestLayout,
     /// Guest NUMA nodes the VM must define (empty for a flat layout).

@@ -46,13 +46,13 @@ pub const FW_CFG_NAME: &str = "opt/vp2p/nccl-topo.xml";
 pub const BRIDGE_CLASS: u32 = 0x060400;
 
 /// A whole NCCL topology: one `<cpu>` per NUMA node.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclSystem {
     pub cpus: Vec<NcclCpu>,
 }
 
 /// A `<cpu>`: a NUMA node and the PCI trees below it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclCpu {
     /// -1 when unknown, as NCCL writes it.
     pub numaid: i32,
@@ -66,7 +66,7 @@ pub struct NcclCpu {
 }
 
 /// A `<pci>`: a switch (children) or a GPU/NIC (no children).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclPci {
     pub busid: Bdf,
     pub class: u32,

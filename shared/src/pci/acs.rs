@@ -6,7 +6,9 @@ use super::config::{ConfigSpace, WalkError};
 use super::ext_cap_id;
 
 /// The ACS bits shared by the capability and control registers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct AcsFlags {
     /// Source Validation.
     pub source_validation: bool,
@@ -70,8 +72,10 @@ impl AcsFlags {
 }
 
 /// A port's ACS capability (what it can do) and control (what is turned on).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Acs {
+    #[serde(with = "crate::hex::u16")]
+    #[schemars(with = "crate::hex::Hex")]
     pub offset: u16,
     pub capability: AcsFlags,
     pub control: AcsFlags,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::config::ConfigSpace;
 
 /// How a capability's length was determined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LenSource {
     /// Fixed by the spec, or computed from the capability's own flags.

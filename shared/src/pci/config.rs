@@ -44,10 +44,16 @@ pub enum WalkError {
 }
 
 /// One capability in the standard (0x34) list, with the byte range it occupies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CapabilityEntry {
+    #[serde(with = "crate::hex::u8")]
+    #[schemars(with = "crate::hex::Hex")]
     pub id: u8,
+    #[serde(with = "crate::hex::u8")]
+    #[schemars(with = "crate::hex::Hex")]
     pub offset: u8,
+    #[serde(with = "crate::hex::u8")]
+    #[schemars(with = "crate::hex::Hex")]
     pub next: u8,
     /// Bytes it occupies from `offset`; see `len_source` for how it is known.
     pub len: u16,
@@ -55,11 +61,17 @@ pub struct CapabilityEntry {
 }
 
 /// One capability in the extended (0x100) list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExtCapabilityEntry {
+    #[serde(with = "crate::hex::u16")]
+    #[schemars(with = "crate::hex::Hex")]
     pub id: u16,
     pub version: u8,
+    #[serde(with = "crate::hex::u16")]
+    #[schemars(with = "crate::hex::Hex")]
     pub offset: u16,
+    #[serde(with = "crate::hex::u16")]
+    #[schemars(with = "crate::hex::Hex")]
     pub next: u16,
     pub len: u16,
     pub len_source: LenSource,

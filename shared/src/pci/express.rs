@@ -6,7 +6,7 @@ use super::cap_id;
 use super::config::{ConfigSpace, WalkError};
 
 /// Device/port type, bits 7:4 of the PCI Express Capabilities register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PciePortType {
     Endpoint,
@@ -55,7 +55,7 @@ impl PciePortType {
 }
 
 /// Negotiated link speed (GT/s) and width read from Link Status.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinkStatus {
     pub speed_gts: f32,
     pub width: u8,

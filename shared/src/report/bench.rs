@@ -13,7 +13,19 @@ pub const BENCH_SCHEMA: &str = "vp2p.bench/1";
 pub const GB: f64 = 1e9;
 
 /// How bytes move in a measurement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Copy engine with peer access (cuMemcpyPeerAsync on the source GPU).
@@ -94,7 +106,19 @@ impl std::str::FromStr for Mode {
 }
 
 /// One direction, or both at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     Uni,
@@ -103,7 +127,7 @@ pub enum Direction {
 }
 
 /// Median and spread of a set of samples.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Stats {
     pub median: f64,
     pub min: f64,
@@ -145,7 +169,7 @@ impl Stats {
 }
 
 /// What the destination held after the timed copies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Verification {
     /// Bytes compared with the source pattern (every destination byte).
     pub checked_bytes: u64,
@@ -159,7 +183,7 @@ impl Verification {
 }
 
 /// One measured configuration and all its samples.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Measurement {
     pub mode: Mode,
     pub direction: Direction,
@@ -180,7 +204,7 @@ pub struct Measurement {
 }
 
 /// A GPU as CUDA sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchGpu {
     pub ordinal: usize,
     pub bdf: String,
@@ -190,7 +214,7 @@ pub struct BenchGpu {
 }
 
 /// What was decided and measured for one ordered pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchPair {
     pub src: usize,
     pub dst: usize,
@@ -205,7 +229,7 @@ pub struct BenchPair {
 }
 
 /// Where the numbers came from.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Machine {
     pub hostname: String,
     pub kernel: String,
@@ -218,7 +242,7 @@ pub struct Machine {
 }
 
 /// How the numbers were taken.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Method {
     pub samples: u32,
     pub warmup_copies: u32,
@@ -234,7 +258,7 @@ pub struct Method {
 }
 
 /// The whole bench report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchReport {
     pub schema: String,
     pub tool_version: String,

@@ -4,6 +4,7 @@ pub mod bench;
 mod bench_text;
 mod cpulist;
 pub mod plan;
+pub mod schema;
 pub mod table;
 pub mod topo;
 mod topo_text;

@@ -14,7 +14,7 @@ use crate::iommu_groups::GroupUse;
 pub const PLAN_SCHEMA: &str = "vp2p.plan/1";
 
 /// Plans for every VM of one host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlanReport {
     pub schema: String,
     pub sysfs_root: String,

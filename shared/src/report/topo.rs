@@ -17,7 +17,7 @@ use crate::topology::{
 pub const TOPO_SCHEMA: &str = "vp2p.topo/1";
 
 /// A GPU, NIC or NVSwitch in the report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceEntry {
     /// Matrix label: GPU0, NIC0, NVS0.
     pub label: String,
@@ -42,7 +42,7 @@ pub struct DeviceEntry {
 }
 
 /// A bridge on some GPU's or NIC's path, with its ACS.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BridgeEntry {
     pub bdf: Bdf,
     pub port_type: Option<PciePortType>,
@@ -51,14 +51,14 @@ pub struct BridgeEntry {
 }
 
 /// The square matrix `nvidia-smi topo -m` prints: labels and cells.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Matrix {
     pub labels: Vec<String>,
     pub cells: Vec<Vec<PathClass>>,
 }
 
 /// The whole topo report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TopoReport {
     pub schema: String,
     pub sysfs_root: String,
