@@ -5,14 +5,17 @@ mod cli;
 use clap::Parser;
 
 fn main() {
-    // Output piped into `head` ends quietly, as with other command-line
-    // tools, instead of a panic on the broken pipe.
-    // SAFETY: restoring the default disposition of SIGPIPE before any thread
-    // exists; no handler of ours is replaced.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let args = cli::Cli::parse();
+    if !args.is_server() {
+        // Output piped into `head` ends quietly, as with other command-line
+        // tools, instead of a panic on the broken pipe. Not for `serve`: a
+        // server whose stderr reader went away must keep serving.
+        // SAFETY: restoring the default disposition of SIGPIPE before any
+        // thread exists; no handler of ours is replaced.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     if let Err(e) = cli::run(args) {
         eprintln!("p2p-host: error: {e:#}");
         std::process::exit(1);

@@ -42,6 +42,13 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
+impl Cli {
+    /// Whether the command is the long-running vfio-user server.
+    pub fn is_server(&self) -> bool {
+        matches!(self.command, Command::Serve(_))
+    }
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Topo(a) => topo::run(a),
