@@ -7,6 +7,7 @@ pub mod svg;
 use std::fmt::Write;
 
 use p2p_shared::report::bench::{BenchReport, Direction, Measurement, Mode};
+use p2p_shared::report::significant;
 use p2p_shared::report::{size_label, Table};
 use serde::Serialize;
 
@@ -153,12 +154,12 @@ impl Comparison {
                 t.row([
                     pair,
                     size_label(r.bytes),
-                    format!("{:.2}", r.base_gbps),
-                    format!("{:.2}", r.other_gbps),
+                    significant(r.base_gbps),
+                    significant(r.other_gbps),
                     format!("{:.3}", r.bandwidth_ratio),
                     format!("{:+.1}%", r.bandwidth_overhead_pct),
-                    format!("{:.2}", r.base_latency_us),
-                    format!("{:.2}", r.other_latency_us),
+                    significant(r.base_latency_us),
+                    significant(r.other_latency_us),
                     format!("{:+.1}%", r.latency_overhead_pct),
                 ]);
             }

@@ -191,9 +191,13 @@ impl Builder {
             symlink(format!("{back}bus/pci/drivers/{drv}"), dir.join("driver")).unwrap();
         }
         if kind == Kind::Nic {
+            // An RDMA NIC of an HGX node (ConnectX): a netdev and an RDMA
+            // device, which makes it a NIC row as in nvidia-smi.
             let ifname = format!("ens{}np0", self.nic_ifaces);
+            let rdma = format!("mlx5_{}", self.nic_ifaces);
             self.nic_ifaces += 1;
             fs::create_dir_all(dir.join("net").join(ifname)).unwrap();
+            fs::create_dir_all(dir.join("infiniband").join(rdma)).unwrap();
         }
         self.functions += 1;
         let here = Node {
