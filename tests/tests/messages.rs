@@ -318,3 +318,28 @@ fn serve_binds_before_its_banner_and_removes_its_socket_on_sigterm() {
         "said once: {err}"
     );
 }
+
+#[test]
+fn serve_says_each_error_once() {
+    let r = run(
+        "p2p-host",
+        &[
+            "serve",
+            "--gpu",
+            "socket=/tmp/vp2p-never.sock,config=/nonexistent/config,clique=1",
+        ],
+    );
+    assert_ne!(r.code, Some(0));
+    assert_eq!(
+        r.stderr.matches("/nonexistent/config").count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        r.stderr.matches("No such file or directory").count(),
+        1,
+        "{}",
+        r.stderr
+    );
+}

@@ -90,8 +90,9 @@ fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>>
         config: spec.config.clone(),
         resource: spec.resource.clone(),
     };
-    let (gpu, scaled) = CapturedGpu::open(&files, spec.max_bar)
-        .with_context(|| format!("{name}: {}", spec.config.display()))?;
+    // Every error of `open` names the file it concerns.
+    let (gpu, scaled) =
+        CapturedGpu::open(&files, spec.max_bar).with_context(|| name.to_string())?;
     for s in &scaled {
         eprintln!(
             "p2p-host serve: {name}: max-bar={}: {s}; the guest sees the smaller BAR",
@@ -187,8 +188,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         // The banner is printed once the socket is bound: what it announces exists.
         let banner = describe(&name, spec, &gpu);
-        let handle = serve::start(gpu, &spec.socket, sink)
-            .with_context(|| format!("{name}: serving on {}", spec.socket.display()))?;
+        let handle = serve::start(gpu, &spec.socket, sink).with_context(|| name.clone())?;
         eprint!("{banner}");
         handles.push(handle);
     }

@@ -55,7 +55,9 @@ pub enum OverlayError {
     },
 
     /// A vendor-specific capability carries the P2P signature but does not decode.
-    #[error("a vendor-specific capability at {offset:#04x} carries the P2P signature but is invalid: {source}")]
+    #[error(
+        "a vendor-specific capability at {offset:#04x} carries the P2P signature but is invalid"
+    )]
     ExistingMalformed {
         offset: u8,
         #[source]
@@ -75,7 +77,7 @@ pub enum OverlayError {
     NoFreeSlot { rejected: Vec<RejectedSlot> },
 
     /// Reading the physical config through a [`PhysicalConfig`](super::PhysicalConfig) failed.
-    #[error("reading bytes {offset:#x}..{end:#x} of the physical config: {source}", end = .offset + .len)]
+    #[error("reading bytes {offset:#x}..{end:#x} of the physical config", end = .offset + .len)]
     ReadPhysical {
         offset: u64,
         len: u64,

@@ -87,7 +87,14 @@ impl CapturedGpu {
         let resource = files.resource_path()?;
         let text = String::from_utf8_lossy(&read(&resource)?).into_owned();
         let sizes = parse_resource(&text, &resource)?;
-        Self::from_parts(config, &sizes, max_bar)
+        Self::from_parts(config, &sizes, max_bar).map_err(|e| match e {
+            ServeError::Bar { index, why } => ServeError::BarIn {
+                path: files.config.clone(),
+                index,
+                why,
+            },
+            other => other,
+        })
     }
 
     /// A GPU from config bytes (256 or 4096) and BAR sizes per register.

@@ -29,7 +29,7 @@ pub enum SpecError {
 /// Why a served GPU could not be set up or started.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         path: PathBuf,
         #[source]
@@ -55,10 +55,17 @@ pub enum ServeError {
     #[error("BAR{index}: {why}")]
     Bar { index: u8, why: String },
 
+    #[error("{path}: BAR{index}: {why}")]
+    BarIn {
+        path: PathBuf,
+        index: u8,
+        why: String,
+    },
+
     #[error("cannot place the P2P capability: {0}")]
     Overlay(#[from] OverlayError),
 
-    #[error("BAR memory of {size} bytes: {source}")]
+    #[error("BAR memory of {size} bytes")]
     Memory {
         size: u64,
         #[source]
@@ -71,14 +78,14 @@ pub enum ServeError {
     #[error("{path}: another server is listening there")]
     SocketInUse { path: PathBuf },
 
-    #[error("socket {path}: {source}")]
+    #[error("socket {path}")]
     Socket {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
 
-    #[error("starting the vfio-user server on {path}: {source}")]
+    #[error("starting the vfio-user server on {path}")]
     Protocol {
         path: PathBuf,
         #[source]
