@@ -162,19 +162,12 @@ fn inject_keeps_the_capture_unless_forced() {
     .unwrap();
     let before = std::fs::read(&cfg).unwrap();
     let c = cfg.to_str().unwrap();
-    let r = run(
-        "p2p-host",
-        &[
-            "inject",
-            "--config",
-            c,
-            "--clique",
-            "1",
-            "--out",
-            c,
-            "--allow-non-nvidia",
-        ],
-    );
+    let inject = |extra: &[&str]| {
+        let mut args = vec!["inject", "--config", c, "--clique", "1"];
+        args.extend_from_slice(extra);
+        run("p2p-host", &args)
+    };
+    let r = inject(&["--out", c, "--allow-non-nvidia"]);
     assert_ne!(r.code, Some(0));
     assert!(
         r.stderr.contains("is the captured config itself") && r.stderr.contains("--force"),
@@ -184,33 +177,9 @@ fn inject_keeps_the_capture_unless_forced() {
     assert_eq!(std::fs::read(&cfg).unwrap(), before, "nothing written");
     // An NVMe is refused with the flag that allows it named.
     let out = dir.path().join("v");
-    let r = run(
-        "p2p-host",
-        &[
-            "inject",
-            "--config",
-            c,
-            "--clique",
-            "1",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let r = inject(&["--out", out.to_str().unwrap()]);
     assert!(r.stderr.contains("pass --allow-non-nvidia"), "{}", r.stderr);
-    let r = run(
-        "p2p-host",
-        &[
-            "inject",
-            "--config",
-            c,
-            "--clique",
-            "1",
-            "--out",
-            c,
-            "--allow-non-nvidia",
-            "--force",
-        ],
-    );
+    let r = inject(&["--out", c, "--allow-non-nvidia", "--force"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_ne!(std::fs::read(&cfg).unwrap(), before);
 }
