@@ -18,7 +18,7 @@ pub fn parse_variant(s: &str) -> Result<usize, String> {
     let names = p2p_kernels::entry::COPY_VARIANTS;
     names
         .iter()
-        .position(|n| *n == s)
+        .position(|n| n.eq_ignore_ascii_case(s))
         .ok_or_else(|| format!("'{s}': one of {}", names.join(", ")))
 }
 
