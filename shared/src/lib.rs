@@ -7,6 +7,7 @@
 
 pub mod bdf;
 pub mod capability;
+pub mod check;
 pub mod classify;
 pub mod clique;
 pub mod guest_layout;

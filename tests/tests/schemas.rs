@@ -9,7 +9,7 @@ use p2p_tests::ch_server::FakeCloudHypervisor;
 use p2p_tests::schemas::{path, validate};
 use p2p_tests::{fixture_dir, repo_root, run, unpack_fixture};
 
-const HOST: [&str; 5] = ["topo", "plan", "inject", "snapshot", "apply"];
+const HOST: [&str; 6] = ["topo", "plan", "inject", "snapshot", "apply", "check"];
 const GUEST: [&str; 5] = ["probe", "bench", "compare", "nccl-topo", "tune"];
 
 fn json_of(bin: &str, args: &[&str]) -> Value {
@@ -30,7 +30,7 @@ fn check(name: &str, doc: &Value) {
 
 #[test]
 fn schema_files_are_what_the_binaries_generate() {
-    for (bin, names) in [("p2p-host", &HOST), ("p2p-guest", &GUEST)] {
+    for (bin, names) in [("p2p-host", &HOST[..]), ("p2p-guest", &GUEST[..])] {
         let list = run(bin, &["schema"]).stdout;
         for name in names.iter() {
             assert!(
@@ -144,6 +144,21 @@ fn host_documents_validate() {
         ],
     );
     check("apply", &apply);
+    let r = run(
+        "p2p-host",
+        &[
+            "check",
+            "--json",
+            "--gpu-class",
+            "0108",
+            "--sysfs-root",
+            two,
+            "--vm",
+            "vm0=0000:23:00.0,0000:24:00.0",
+        ],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    check("check", &serde_json::from_str(&r.stdout).unwrap());
     assert_eq!(apply["rolled_back"][0]["id"], "ua-vp2p-gpu0");
 }
 

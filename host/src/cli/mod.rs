@@ -1,6 +1,7 @@
 //! Command-line front end: argument types and one module per subcommand.
 
 mod apply;
+mod check;
 mod inject;
 mod plan;
 mod schema;
@@ -29,6 +30,10 @@ enum Command {
     /// Partition each VM's GPUs into P2P cliques, with reasons; --emit writes
     /// QEMU, libvirt or Cloud Hypervisor configuration.
     Plan(plan::PlanCmd),
+    /// Will P2P work in the VMs? Every condition (IOMMU, groups, binding, ACS
+    /// routes, BARs, peer mapping, KVM, NUMA) as PASS/WARN/FAIL with the
+    /// evidence and the fix. Reads only. Exit 0 all pass, 1 a FAIL, 2 WARNs.
+    Check(check::CheckArgs),
     /// Hot-add a VM's GPUs with their cliques to a running Cloud Hypervisor.
     Apply(apply::ApplyArgs),
     /// Write the virtual config space a guest would read: a captured config
@@ -55,6 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Snapshot(a) => snapshot::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Apply(a) => apply::run(a),
+        Command::Check(a) => check::run(a),
         Command::Inject(a) => inject::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Schema(a) => schema::run(a),

@@ -163,7 +163,7 @@ impl PlanArgs {
 }
 
 /// Checks the VMs' GPUs: known, GPUs under the selector, in one VM each.
-fn vm_specs(
+pub(super) fn vm_specs(
     specs: &[VmSpec],
     topo: &Topology,
     selector: &GpuSelector,

@@ -12,7 +12,7 @@ use super::inject::InjectReport;
 
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// The document: topo, plan, inject, snapshot or apply. Without it, the list.
+    /// The document: topo, plan, inject, snapshot, apply or check. Without it, the list.
     name: Option<String>,
 }
 
@@ -32,6 +32,11 @@ pub fn documents() -> Vec<Document> {
             schema_for!(p2p_host::snapshot::SnapshotSummary),
         ),
         ("apply", "vp2p.apply/1", schema_for!(ApplyReport<'static>)),
+        (
+            "check",
+            "vp2p.check/1",
+            schema_for!(p2p_shared::check::CheckReport),
+        ),
     ]
 }
 

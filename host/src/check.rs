@@ -1,0 +1,122 @@
+//! The facts `p2p-host check` needs beyond the topology: the kernel command
+//! line and release, iommufd, KVM's capabilities, IOMMU group domain types and
+//! the devices' BARs. Reads only; on a captured tree only what it holds.
+
+use std::fs;
+use std::path::Path;
+
+use kvm_ioctls::{Cap, Kvm};
+use p2p_shared::check::{BarFacts, HostFacts, KvmFacts};
+use p2p_shared::{Bdf, Topology};
+
+use crate::sysfs::SysfsRoot;
+
+/// Linux `IORESOURCE_*` flags in sysfs `resource` (include/linux/ioport.h).
+const IORESOURCE_MEM: u64 = 0x0000_0200;
+const IORESOURCE_PREFETCH: u64 = 0x0000_2000;
+const IORESOURCE_MEM_64: u64 = 0x0010_0000;
+
+/// The memory BARs (lines 0..5) of a sysfs `resource` file.
+pub fn parse_bars(text: &str) -> Vec<BarFacts> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().take(6).enumerate() {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok())
+            .collect();
+        let [start, end, flags] = f[..] else { continue };
+        if flags & IORESOURCE_MEM == 0 || end <= start {
+            continue;
+        }
+        out.push(BarFacts {
+            index: i as u8,
+            size: end - start + 1,
+            is_64bit: flags & IORESOURCE_MEM_64 != 0,
+            prefetchable: flags & IORESOURCE_PREFETCH != 0,
+        });
+    }
+    out
+}
+
+fn read_trimmed(p: &Path) -> Option<String> {
+    fs::read_to_string(p).ok().map(|t| t.trim().to_string())
+}
+
+/// KVM's answer: opened, and the capabilities VFIO passthrough needs.
+pub fn kvm_facts() -> KvmFacts {
+    match Kvm::new() {
+        Ok(kvm) => KvmFacts {
+            unavailable: None,
+            irqfd: kvm.check_extension(Cap::Irqfd),
+            ioeventfd: kvm.check_extension(Cap::Ioeventfd),
+        },
+        Err(e) => KvmFacts {
+            unavailable: Some(e.to_string()),
+            irqfd: false,
+            ioeventfd: false,
+        },
+    }
+}
+
+/// Gathers the facts for `devices`. On the live `/sys` also /proc and /dev.
+pub fn host_facts(root: &SysfsRoot, topo: &Topology, devices: &[Bdf]) -> HostFacts {
+    let live = root.is_live();
+    let mut facts = HostFacts {
+        cmdline: live
+            .then(|| read_trimmed(Path::new("/proc/cmdline")))
+            .flatten(),
+        kernel_release: live
+            .then(|| read_trimmed(Path::new("/proc/sys/kernel/osrelease")))
+            .flatten(),
+        iommufd: live.then(|| Path::new("/dev/iommu").exists()),
+        kvm: live.then(kvm_facts),
+        ..HostFacts::default()
+    };
+    let mut groups: Vec<u32> = devices
+        .iter()
+        .filter_map(|d| topo.function(*d).and_then(|f| f.iommu_group))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for g in groups {
+        let p = root.path().join(format!("kernel/iommu_groups/{g}/type"));
+        if let Some(t) = read_trimmed(&p) {
+            facts.group_types.push((g, t));
+        }
+    }
+    for d in devices {
+        let p = root.path().join(format!("bus/pci/devices/{d}/resource"));
+        if let Ok(text) = fs::read_to_string(&p) {
+            facts.bars.push((*d, parse_bars(&text)));
+        }
+    }
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_from_the_h200_resource_file() {
+        // The H200 of the passthrough fixture: BAR0 16 MiB, BAR2 256 GiB and
+        // BAR4 32 MiB, 64-bit prefetchable (flags 0x14220c), as lspci shows it.
+        let text = "0x0000000081000000 0x0000000081ffffff 0x000000000014220c\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x0000004000000000 0x0000007fffffffff 0x000000000014220c\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x0000008000000000 0x0000008001ffffff 0x000000000014220c\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
+        let bars = parse_bars(text);
+        assert_eq!(bars.len(), 3);
+        assert_eq!((bars[1].index, bars[1].size), (2, 256 << 30));
+        assert!(bars.iter().all(|b| b.is_64bit && b.prefetchable));
+        // The QEMU NVMe's BAR0: 16 KiB, 64-bit, not prefetchable (0x140204).
+        let nvme = parse_bars("0x00000000fce00000 0x00000000fce03fff 0x0000000000140204\n");
+        assert_eq!(
+            (nvme[0].size, nvme[0].is_64bit, nvme[0].prefetchable),
+            (16 << 10, true, false)
+        );
+    }
+}
