@@ -18,3 +18,4 @@ fn readme_console_blocks_run_verbatim() {
         .register_bin("p2p-guest", binary("p2p-guest"))
         .case(readme);
 }
+
