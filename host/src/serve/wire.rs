@@ -407,7 +407,7 @@ fn check_set_irqs(body: &[u8], fds: usize, shape: &DeviceShape) -> Result<(), Re
     }
     let disable_all =
         count == 0 && data == VFIO_IRQ_SET_DATA_NONE && action == VFIO_IRQ_SET_ACTION_TRIGGER;
-    if !disable_all && start.checked_add(count).map_or(true, |end| end > irq.count) {
+    if !disable_all && start.checked_add(count).is_none_or(|end| end > irq.count) {
         return Err(reject(
             libc::EINVAL,
             format!(
