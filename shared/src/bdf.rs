@@ -99,6 +99,20 @@ impl<'de> Deserialize<'de> for Bdf {
     }
 }
 
+impl schemars::JsonSchema for Bdf {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Bdf".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "PCI address DDDD:BB:DD.F in lower-case hex, as sysfs and lspci write it",
+            "pattern": "^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\\.[0-7]$"
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,19 +151,5 @@ mod tests {
             let b = Bdf::new(domain, bus, device, function).unwrap();
             prop_assert_eq!(b.to_string().parse::<Bdf>().unwrap(), b);
         }
-    }
-}
-
-impl schemars::JsonSchema for Bdf {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Bdf".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "description": "PCI address DDDD:BB:DD.F in lower-case hex, as sysfs and lspci write it",
-            "pattern": "^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\\.[0-7]$"
-        })
     }
 }

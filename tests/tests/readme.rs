@@ -18,4 +18,3 @@ fn readme_console_blocks_run_verbatim() {
         .register_bin("p2p-guest", binary("p2p-guest"))
         .case(readme);
 }
-

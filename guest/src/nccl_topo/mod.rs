@@ -184,8 +184,7 @@ pub fn check(
                 let ok = if bridge {
                     f.class >> 8 == 0x0604
                 } else {
-                    p.vendor.is_none_or(|v| v == f.vendor)
-                        && p.device.is_none_or(|d| d == f.device)
+                    p.vendor.is_none_or(|v| v == f.vendor) && p.device.is_none_or(|d| d == f.device)
                 };
                 (found, ok)
             }

@@ -32,22 +32,6 @@ pub struct PlanReport {
     pub iommu_groups: Vec<GroupUse>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::compact;
-
-    #[test]
-    fn long_gpu_lists_become_counts() {
-        let long = "apart from 0000:01:00.0 (SYS), 0000:41:00.0 (NODE), 0000:83:00.0 (SYS), 0000:84:00.0 (SYS): beyond PHB without NVLink";
-        assert_eq!(
-            compact(long),
-            "apart from 4 GPUs (SYS 3, NODE 1; each pair below): beyond PHB without NVLink"
-        );
-        let short = "with 0000:24:00.0 (PIX), 0000:26:00.0 (PHB)";
-        assert_eq!(compact(short), short);
-    }
-}
-
 impl PlanReport {
     pub fn new(
         sysfs_root: &str,
@@ -212,4 +196,20 @@ fn render_guest(g: &GuestTopology) -> String {
         let _ = writeln!(out, "  note: {n}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compact;
+
+    #[test]
+    fn long_gpu_lists_become_counts() {
+        let long = "apart from 0000:01:00.0 (SYS), 0000:41:00.0 (NODE), 0000:83:00.0 (SYS), 0000:84:00.0 (SYS): beyond PHB without NVLink";
+        assert_eq!(
+            compact(long),
+            "apart from 4 GPUs (SYS 3, NODE 1; each pair below): beyond PHB without NVLink"
+        );
+        let short = "with 0000:24:00.0 (PIX), 0000:26:00.0 (PHB)";
+        assert_eq!(compact(short), short);
+    }
 }
