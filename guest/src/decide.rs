@@ -44,6 +44,9 @@ pub enum FlagKind {
     NvLinkAcrossCliques,
     /// CUDA answers differ by direction.
     AsymmetricCuda,
+    /// P2P is granted but the data moved between the pair did not arrive
+    /// whole (`probe --verify`).
+    P2pDataLost,
 }
 
 /// The driver's answers for one ordered pair, as the probe recorded them.

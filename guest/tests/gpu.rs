@@ -218,3 +218,34 @@ fn verification_counts_every_sample_and_the_warm_up() {
         assert_eq!(checked, want, "{}: {m}", m["mode"]);
     }
 }
+
+/// `probe --verify`: every pair the decision enables moves distinct patterns
+/// both ways with the copy engine and both SM kernels; the host compares
+/// every byte; nothing is lost on a healthy VM.
+#[test]
+#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu.sh build here, then scripts/gpu.sh run on a GPU VM"]
+fn probe_verify_moves_data_both_ways() {
+    let v = run_json(&["probe", "--json", "--verify", "--verify-size", "4M"]);
+    let enabled = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["verdict"] == "enable")
+        .count();
+    let checks = v["verify"].as_array().unwrap();
+    assert_eq!(
+        checks.len(),
+        enabled * 6,
+        "2 directions x ce, sm-read, sm-write per enabled pair"
+    );
+    for c in checks {
+        assert_eq!(c["checked_bytes"], 4u64 << 20, "{c}");
+        assert_eq!(c["mismatched_bytes"], 0, "{c}");
+        assert!(c["error"].is_null(), "{c}");
+    }
+    assert!(v["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["kind"] != "p2p_data_lost"));
+}

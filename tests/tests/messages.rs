@@ -312,3 +312,20 @@ fn serve_says_each_error_once() {
         r.stderr
     );
 }
+
+#[test]
+fn probe_verify_needs_cuda_and_says_so() {
+    let r = run("p2p-guest", &["probe", "--verify", "--no-driver"]);
+    assert_ne!(r.code, Some(0));
+    assert!(r.stderr.contains("--no-driver"), "{}", r.stderr);
+    // This machine has no CUDA driver: --verify says why it cannot run.
+    if !std::path::Path::new("/dev/nvidiactl").exists() {
+        let root = fixture_dir("qemu-11.1-vfio-user-gpus");
+        let r = run(
+            "p2p-guest",
+            &["probe", "--verify", "--sysfs-root", root.to_str().unwrap()],
+        );
+        assert_eq!(r.code, Some(1), "{}", r.stderr);
+        assert!(r.stderr.contains("--verify needs CUDA"), "{}", r.stderr);
+    }
+}

@@ -10,6 +10,7 @@ mod pingpong;
 pub mod plan;
 mod rig;
 mod transfer;
+pub mod verify;
 
 use std::path::PathBuf;
 

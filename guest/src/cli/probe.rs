@@ -2,8 +2,14 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
+use p2p_guest::bench::verify;
+use p2p_guest::cuda::Cuda;
+use p2p_guest::decide::{Flag, FlagKind, Verdict};
+use p2p_guest::probe::report::ProbeReport;
 use p2p_guest::probe::{enable_allowed, probe, ProbeOptions};
+use p2p_shared::Bdf;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -20,6 +26,15 @@ pub struct ProbeArgs {
     /// Do not load CUDA or NVML (sysfs facts only).
     #[arg(long)]
     no_driver: bool,
+    /// For every pair the decision enables, move distinct patterns both ways
+    /// with the copy engine and SM kernels and compare them on the host byte
+    /// for byte; a pair whose data does not arrive is flagged p2p_data_lost
+    /// and the exit status is 1.
+    #[arg(long, conflicts_with = "no_driver")]
+    verify: bool,
+    /// Bytes moved per verification copy.
+    #[arg(long, value_parser = p2p_guest::bench::plan::parse_size, default_value = "4M")]
+    verify_size: u64,
 }
 
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
@@ -36,10 +51,24 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         };
         enable_allowed(&mut report, cuda);
     }
+    if args.verify {
+        let Some(cuda) = &cuda else {
+            anyhow::bail!(
+                "--verify needs CUDA: {}",
+                report.cuda.why.as_deref().unwrap_or("unavailable")
+            );
+        };
+        verify_enabled(&mut report, cuda, args.verify_size as usize)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.render_text());
+    }
+    if report.verify.iter().any(|c| !c.ok()) {
+        anyhow::bail!(
+            "data moved between a pair granted P2P did not arrive (p2p_data_lost, see above)"
+        );
     }
     if report.enabled.iter().any(|e| !e.ok) {
         anyhow::bail!("the driver refused peer access for some pair (see above)");
@@ -49,5 +78,44 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         eprintln!("p2p-guest probe: no NVIDIA GPU found");
         std::process::exit(2);
     }
+    Ok(())
+}
+
+/// Runs `--verify` on every pair decided "enable" that CUDA sees.
+fn verify_enabled(report: &mut ProbeReport, cuda: &Cuda, bytes: usize) -> anyhow::Result<()> {
+    let ordinal = |b: Bdf| {
+        report
+            .gpus
+            .iter()
+            .find(|g| g.bdf == b)
+            .and_then(|g| g.cuda_ordinal)
+    };
+    let mut checks = Vec::new();
+    for p in report.pairs.iter().filter(|p| p.verdict == Verdict::Enable) {
+        let (Some(oa), Some(ob)) = (ordinal(p.a), ordinal(p.b)) else {
+            continue;
+        };
+        let (a, b) = (&cuda.gpus[oa], &cuda.gpus[ob]);
+        checks.extend(
+            verify::pair(a, b, bytes).with_context(|| format!("verifying {} {}", p.a, p.b))?,
+        );
+    }
+    for c in checks.iter().filter(|c| !c.ok()) {
+        report.flags.push(Flag {
+            kind: FlagKind::P2pDataLost,
+            message: format!(
+                "{} -> {} ({}): {} of {} bytes did not arrive{}",
+                c.src,
+                c.dst,
+                c.mode,
+                c.mismatched_bytes,
+                c.bytes,
+                c.error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(" ({e})"))
+            ),
+        });
+    }
+    report.verify = checks;
     Ok(())
 }

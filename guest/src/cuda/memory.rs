@@ -46,6 +46,16 @@ impl DeviceBuffer {
             .map_err(CudaError::at("cuCtxSynchronize", self.ordinal))
     }
 
+    /// Writes `data` (at most `bytes`) to the start of the buffer and waits.
+    pub fn copy_from_host(&self, data: &[u8]) -> Result<(), CudaError> {
+        bind(&self.ctx, self.ordinal)?;
+        let n = data.len().min(self.bytes);
+        // SAFETY: `data` holds at least `n` readable bytes; the destination is
+        // this allocation of `bytes` >= n bytes; the context is current.
+        let status = unsafe { sys::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), n) };
+        check(status, "cuMemcpyHtoD", self.ordinal)
+    }
+
     /// Reads the buffer back (for small checks and tests).
     pub fn to_host(&self) -> Result<Vec<u8>, CudaError> {
         bind(&self.ctx, self.ordinal)?;

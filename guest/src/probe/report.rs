@@ -66,6 +66,9 @@ pub struct ProbeReport {
     pub flags: Vec<Flag>,
     /// Filled by `--enable`.
     pub enabled: Vec<EnableResult>,
+    /// Filled by `--verify`: data moved both ways between enabled pairs.
+    #[serde(default)]
+    pub verify: Vec<crate::bench::verify::VerifyCheck>,
 }
 
 /// CUDA's view of the GPUs: ordinal per address and answers per ordered pair.
@@ -156,6 +159,7 @@ impl ProbeReport {
             pairs,
             flags,
             enabled: Vec::new(),
+            verify: Vec::new(),
         }
     }
 
@@ -266,6 +270,37 @@ impl ProbeReport {
             .iter()
             .chain(self.pairs.iter().flat_map(|p| p.flags.iter()))
             .collect();
+        if !self.verify.is_empty() {
+            out.push_str("\nData moved between enabled pairs (--verify):\n");
+            let mut t = Table::new([
+                "FROM",
+                "TO",
+                "METHOD",
+                "BYTES",
+                "COMPARED",
+                "DIFFERING",
+                "RESULT",
+            ]);
+            for c in &self.verify {
+                t.row([
+                    c.src.to_string(),
+                    c.dst.to_string(),
+                    c.mode.to_string(),
+                    c.bytes.to_string(),
+                    c.checked_bytes.to_string(),
+                    c.mismatched_bytes.to_string(),
+                    match (&c.error, c.ok()) {
+                        (Some(e), _) => format!("copy failed: {e}"),
+                        (None, true) => "arrived".into(),
+                        (None, false) => format!(
+                            "LOST (first difference at byte {})",
+                            c.first_bad.map_or("?".into(), |o| o.to_string())
+                        ),
+                    },
+                ]);
+            }
+            out.push_str(&t.render());
+        }
         out.push_str("\nInconsistencies: ");
         if all_flags.is_empty() {
             out.push_str("none\n");

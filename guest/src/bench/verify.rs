@@ -1,0 +1,151 @@
+//! `probe --verify`: for a pair the decision enables, distinct host-made
+//! patterns are moved both ways with the copy engine and with SM kernels
+//! (reading from and writing to the peer), and each destination is read back
+//! to the host and compared byte for byte with what was sent. A pair granted
+//! P2P whose data does not arrive is `p2p_data_lost`.
+
+use p2p_shared::report::bench::Mode;
+use p2p_shared::Bdf;
+use serde::{Deserialize, Serialize};
+
+use super::rig::Rig;
+use super::transfer::{timed, Leg, Staging};
+use crate::cuda::memory::DeviceBuffer;
+use crate::cuda::{peer, CudaError, Gpu};
+
+/// Copies per check: the last one's bytes are compared.
+pub const VERIFY_COPIES: u32 = 3;
+
+/// One direction and method of one pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VerifyCheck {
+    pub src: Bdf,
+    pub dst: Bdf,
+    pub mode: Mode,
+    pub bytes: u64,
+    pub copies: u32,
+    /// Bytes read back and compared.
+    pub checked_bytes: u64,
+    pub mismatched_bytes: u64,
+    /// Offset of the first differing byte.
+    pub first_bad: Option<u64>,
+    /// Set when the copy itself failed (the data is then counted as lost).
+    pub error: Option<String>,
+}
+
+impl VerifyCheck {
+    /// The data arrived whole.
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && self.mismatched_bytes == 0 && self.checked_bytes == self.bytes
+    }
+}
+
+/// Bytes from a xorshift generator: a pattern distinct per check, made on the
+/// host so the comparison does not trust any GPU code.
+fn pattern(seed: u64, bytes: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(bytes + 8);
+    while out.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(bytes);
+    out
+}
+
+fn one(
+    rig: &Rig,
+    staging: &mut Staging,
+    (s, d): (usize, usize),
+    mode: Mode,
+    bytes: usize,
+    seed: u64,
+) -> Result<(u64, u64, Option<u64>), CudaError> {
+    let sent = pattern(seed, bytes);
+    let src = DeviceBuffer::new(&rig.gpus[s], bytes)?;
+    let dst = DeviceBuffer::new(&rig.gpus[d], bytes)?;
+    src.copy_from_host(&sent)?;
+    dst.fill_bytes(0xa5)?;
+    rig.synchronize_all()?;
+    let leg = Leg {
+        mode,
+        src: s,
+        dst: d,
+        src_buf: &src,
+        dst_buf: &dst,
+    };
+    timed(rig, staging, &[leg], bytes as u64, VERIFY_COPIES, false)?;
+    rig.synchronize_all()?;
+    let got = dst.to_host()?;
+    let mut bad = 0u64;
+    let mut first = None;
+    for (i, (a, b)) in sent.iter().zip(&got).enumerate() {
+        if a != b {
+            bad += 1;
+            first.get_or_insert(i as u64);
+        }
+    }
+    Ok((got.len() as u64, bad, first))
+}
+
+/// Moves `bytes` both ways between `a` and `b` (CUDA GPUs the decision
+/// enables) with every method, peer access on.
+pub fn pair(a: &Gpu, b: &Gpu, bytes: usize) -> Result<Vec<VerifyCheck>, CudaError> {
+    peer::enable(a, b)?;
+    peer::enable(b, a)?;
+    let rig = Rig::new(vec![a.clone(), b.clone()])?;
+    let mut staging = Staging::new(8 << 20, 4);
+    let mut out = Vec::new();
+    for (k, (s, d)) in [(0usize, 1usize), (1, 0)].into_iter().enumerate() {
+        for (m, mode) in [Mode::Ce, Mode::SmRead, Mode::SmWrite]
+            .into_iter()
+            .enumerate()
+        {
+            let seed = 0x9e37_79b9_7f4a_7c15 ^ ((k as u64) << 8 | m as u64);
+            let (src, dst) = (rig.gpus[s].bdf, rig.gpus[d].bdf);
+            let check = match one(&rig, &mut staging, (s, d), mode, bytes, seed) {
+                Ok((checked, bad, first)) => VerifyCheck {
+                    src,
+                    dst,
+                    mode,
+                    bytes: bytes as u64,
+                    copies: VERIFY_COPIES,
+                    checked_bytes: checked,
+                    mismatched_bytes: bad,
+                    first_bad: first,
+                    error: None,
+                },
+                Err(e) => VerifyCheck {
+                    src,
+                    dst,
+                    mode,
+                    bytes: bytes as u64,
+                    copies: VERIFY_COPIES,
+                    checked_bytes: 0,
+                    mismatched_bytes: bytes as u64,
+                    first_bad: None,
+                    error: Some(e.to_string()),
+                },
+            };
+            out.push(check);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pattern;
+
+    #[test]
+    fn patterns_differ_by_seed_and_cover_the_bytes() {
+        let (a, b) = (pattern(1, 4096), pattern(2, 4096));
+        assert_eq!(a.len(), 4096);
+        assert_ne!(a, b);
+        let distinct: std::collections::BTreeSet<u8> = a.iter().copied().collect();
+        assert!(distinct.len() > 200);
+        assert!(a.iter().any(|&x| x != 0xa5), "never the poison");
+    }
+}
