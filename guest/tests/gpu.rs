@@ -249,3 +249,19 @@ fn probe_verify_moves_data_both_ways() {
         .iter()
         .all(|f| f["kind"] != "p2p_data_lost"));
 }
+
+/// The `--verify` machinery on one GPU (source and destination on the same
+/// device): host-made patterns through the copy engine and both SM kernels,
+/// read back and compared. Runs on a one-GPU VM too.
+#[test]
+#[ignore = "needs an NVIDIA GPU and its driver: run scripts/gpu.sh build here, then the test binary on a GPU VM"]
+fn verify_machinery_on_one_gpu() {
+    let cuda = p2p_guest::cuda::Cuda::open().expect("CUDA");
+    let g = &cuda.gpus[0];
+    let checks = p2p_guest::bench::verify::pair(g, g, 3 << 20).expect("verify runs");
+    assert_eq!(checks.len(), 6);
+    for c in &checks {
+        assert!(c.ok(), "{c:?}");
+        assert_eq!(c.checked_bytes, 3 << 20);
+    }
+}
