@@ -87,3 +87,20 @@ pub fn run(name: &str, args: &[&str]) -> Run {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// `p2p-host plan --sysfs-root ROOT ARGS...`: its stdout; the run must succeed.
+pub fn plan_stdout(sysfs_root: &Path, args: &[&str]) -> String {
+    let root = sysfs_root.to_str().expect("fixture paths are UTF-8");
+    let mut all = vec!["plan", "--sysfs-root", root];
+    all.extend_from_slice(args);
+    let r = run("p2p-host", &all);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "p2p-host {}\nstdout:\n{}\nstderr:\n{}",
+        all.join(" "),
+        r.stdout,
+        r.stderr
+    );
+    r.stdout
+}

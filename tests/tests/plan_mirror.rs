@@ -16,7 +16,7 @@ use std::time::Duration;
 use p2p_shared::guest_layout::GuestLayout;
 use p2p_shared::report::PlanReport;
 use p2p_tests::qemu::require_setup;
-use p2p_tests::{fixture_dir, run};
+use p2p_tests::{fixture_dir, plan_stdout, run};
 
 const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
 const GPUS: &str = "0000:23:00.0,0000:24:00.0,0000:26:00.0,0000:41:00.0,0000:83:00.0,0000:84:00.0";
@@ -41,17 +41,7 @@ fn tree_with_rdma_nic() -> tempfile::TempDir {
 }
 
 fn plan(root: &Path, extra: &[&str]) -> String {
-    let mut args = vec![
-        "plan",
-        "--sysfs-root",
-        root.to_str().unwrap(),
-        "--gpu-class",
-        "0108",
-    ];
-    args.extend_from_slice(extra);
-    let r = run("p2p-host", &args);
-    assert_eq!(r.code, Some(0), "p2p-host {}: {}", args.join(" "), r.stderr);
-    r.stdout
+    plan_stdout(root, &[&["--gpu-class", "0108"][..], extra].concat())
 }
 
 #[test]

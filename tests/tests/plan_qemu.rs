@@ -7,12 +7,13 @@
 //! with `--gpu-class 0108`. Every plan comes from the real binary.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use p2p_shared::report::PlanReport;
 use p2p_shared::{Bdf, PathClass};
 use p2p_tests::emitted::{blocks, parse_cloud_hypervisor, parse_libvirt, parse_qemu, planned};
 use p2p_tests::qemu_expect::{self, expected_cliques, Expect};
-use p2p_tests::{fixture_dir, repo_root, run};
+use p2p_tests::{fixture_dir, plan_stdout};
 
 const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
 const NESTED: &str = "qemu-11.1-nested-switch-iommu-on";
@@ -103,18 +104,10 @@ fn root(fixture: &str) -> String {
 /// `p2p-host plan --sysfs-root TREE --gpu-class 0108 ARGS...`: stdout, which must succeed.
 fn plan_out(fixture: &str, args: &[&str]) -> String {
     let root = root(fixture);
-    let mut all = vec!["plan", "--sysfs-root", &root, "--gpu-class", "0108"];
-    all.extend_from_slice(args);
-    let r = run("p2p-host", &all);
-    assert_eq!(
-        r.code,
-        Some(0),
-        "p2p-host {}\nstdout:\n{}\nstderr:\n{}",
-        all.join(" "),
-        r.stdout,
-        r.stderr
-    );
-    r.stdout
+    plan_stdout(
+        Path::new(&root),
+        &[&["--gpu-class", "0108"][..], args].concat(),
+    )
 }
 
 /// The same with `--json`, parsed.
@@ -456,88 +449,4 @@ fn emitters_carry_the_planned_cliques() {
             }
         }
     }
-}
-
-/// docs/examples/plan-two-socket*.txt, shown in the README, are what the binary
-/// prints today.
-#[test]
-fn docs_examples_are_real_output() {
-    let examples = repo_root().join("docs/examples");
-    for (file, args) in [
-        ("plan-two-socket.txt", &[][..]),
-        ("plan-two-socket-qemu.txt", &["--emit", "qemu"][..]),
-        (
-            "plan-two-socket-mirror-qemu.txt",
-            &[
-                "--guest-topology",
-                "mirror",
-                "--emit",
-                "qemu",
-                "--nccl-topo-path",
-                "/var/lib/vp2p/{vm}.nccl-topo.xml",
-            ][..],
-        ),
-        (
-            "plan-two-socket-mirror-libvirt.xml",
-            &[
-                "--guest-topology",
-                "mirror",
-                "--emit",
-                "libvirt",
-                "--nccl-topo-path",
-                "/var/lib/vp2p/{vm}.nccl-topo.xml",
-                "--libvirt-first-index",
-                "10",
-            ][..],
-        ),
-        (
-            "nccl-topo-two-socket-mirror.xml",
-            &["--guest-topology", "mirror", "--emit", "nccl-topo"][..],
-        ),
-        (
-            "nccl-topo-two-socket-flat.xml",
-            &["--emit", "nccl-topo"][..],
-        ),
-    ] {
-        let path = examples.join(file);
-        let saved =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let now = plan_out(TWO_SOCKET, args);
-        assert!(
-            saved == now,
-            "{} is stale; regenerate it with\n  p2p-host plan --sysfs-root \
-             tests/fixtures/{TWO_SOCKET} --gpu-class 0108 {} > docs/examples/{file}\n\
-             --- saved\n{saved}\n--- now\n{now}",
-            path.display(),
-            args.join(" ")
-        );
-    }
-}
-
-/// docs/examples/topo-two-socket.txt is what `bash scripts/run.sh` prints on a
-/// machine without a GPU (the bundled tree, every network function a NIC row).
-#[test]
-fn topo_example_is_real_output() {
-    let path = repo_root().join("docs/examples/topo-two-socket.txt");
-    let saved =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let r = run(
-        "p2p-host",
-        &[
-            "topo",
-            "--sysfs-root",
-            &root(TWO_SOCKET),
-            "--gpu-class",
-            "0108",
-            "--all-nics",
-        ],
-    );
-    assert_eq!(r.code, Some(0), "{}", r.stderr);
-    assert!(
-        saved == r.stdout,
-        "{} is stale; regenerate it with\n  p2p-host topo --sysfs-root tests/fixtures/{TWO_SOCKET} \
-         --gpu-class 0108 --all-nics > docs/examples/topo-two-socket.txt\n--- saved\n{saved}\n--- now\n{}",
-        path.display(),
-        r.stdout
-    );
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use p2p_tests::ch_server::FakeCloudHypervisor;
 use p2p_tests::openapi::SchemaCheck;
-use p2p_tests::{run, unpack_fixture};
+use p2p_tests::{plan_stdout, run, unpack_fixture};
 use serde_json::{json, Value};
 
 const FIXTURE: &str = "h200x4-passthrough-guest";
@@ -30,17 +30,7 @@ fn tool(name: &str) -> PathBuf {
 /// `plan` on the 4-GPU fixture at PIX: four GPUs on a flat bus, one clique each.
 fn plan(extra: &[&str]) -> String {
     let tree = unpack_fixture(FIXTURE);
-    let mut args = vec![
-        "plan",
-        "--sysfs-root",
-        tree.path().to_str().unwrap(),
-        "--max-level",
-        "pix",
-    ];
-    args.extend_from_slice(extra);
-    let r = run("p2p-host", &args);
-    assert_eq!(r.code, Some(0), "{}", r.stderr);
-    r.stdout
+    plan_stdout(tree.path(), &[&["--max-level", "pix"][..], extra].concat())
 }
 
 fn qemu_accepts(device_arg: &str) -> Result<(), String> {

@@ -119,7 +119,7 @@ fn property(out: &mut String, name: &str, ty: &str, value: impl std::fmt::Displa
 }
 
 /// The `<qemu:override>` block: clique per GPU, link per mirrored port.
-pub fn qemu_override(plan: &CliquePlan, guest: Option<&GuestTopology>) -> String {
+pub fn qemu_override(plan: &CliquePlan, guest: &GuestTopology) -> String {
     let mut out = String::from("<qemu:override>\n");
     let mut device = |alias: &str, props: &dyn Fn(&mut String)| {
         let _ = writeln!(out, "  <qemu:device alias='{alias}'>\n    <qemu:frontend>");
@@ -128,13 +128,15 @@ pub fn qemu_override(plan: &CliquePlan, guest: Option<&GuestTopology>) -> String
     };
     for (i, a) in plan.assignments.iter().enumerate() {
         let id = guest
-            .and_then(|g| g.devices.iter().find(|d| d.host == a.bdf))
+            .devices
+            .iter()
+            .find(|d| d.host == a.bdf)
             .map_or_else(|| super::device_id(i), |d| d.id.clone());
         device(&id, &|o| {
             property(o, "x-nv-gpudirect-clique", "unsigned", a.clique.id())
         });
     }
-    for p in guest.map(|g| g.ports.as_slice()).unwrap_or(&[]) {
+    for p in &guest.ports {
         if let (Some(l), true) = (p.link, p.kind.has_link_properties()) {
             device(&p.id, &|o| {
                 property(o, "x-speed", "string", l.speed.qemu());
@@ -197,7 +199,7 @@ pub fn fragments(plan: &CliquePlan, guest: &GuestTopology, opts: &EmitOptions) -
         out.push_str(&device_hostdev(d, &idx));
     }
     out.push_str("<!-- Inside <domain>, after <devices>: -->\n");
-    out.push_str(&qemu_override(plan, Some(guest)));
+    out.push_str(&qemu_override(plan, guest));
     if let Some(path) = opts.nccl_topo_path(&plan.vm) {
         out.push_str("<!-- Inside <domain>: the NCCL topology for the guest (fw_cfg). -->\n");
         out.push_str(&fw_cfg(&path));
@@ -239,7 +241,7 @@ pub fn example_domain(plan: &CliquePlan, guest: &GuestTopology, opts: &EmitOptio
         xml_text(&plan.vm),
         4 * cells,
         indent(&devices, "    "),
-        indent(&qemu_override(plan, Some(guest)), "  ")
+        indent(&qemu_override(plan, guest), "  ")
     )
 }
 

@@ -11,7 +11,7 @@ pub mod libvirt;
 pub mod qemu;
 
 use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{GuestLayout, GuestTopology};
+use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology};
 use p2p_shared::nccl_topo;
 use p2p_shared::report::PlanReport;
 use p2p_shared::Topology;
@@ -119,8 +119,7 @@ pub fn layout_name(layout: GuestLayout) -> &'static str {
     }
 }
 
-/// A device id for the `i`-th GPU of a VM, valid in QEMU ids and libvirt
-/// user aliases (letters, digits, '-'; libvirt wants the "ua-" prefix).
+/// A device id for the `i`-th GPU of a VM, the one the guest layout gives it.
 pub fn device_id(i: usize) -> String {
-    format!("ua-vp2p-gpu{i}")
+    guest_layout::device_id(DeviceRole::Gpu, i)
 }

@@ -17,6 +17,7 @@
 
 mod build;
 mod link;
+mod mirror;
 
 use std::fmt;
 
@@ -24,8 +25,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::bdf::Bdf;
 
-pub use build::{flat, mirror, VmDevice};
+pub use build::{device_id, flat, VmDevice};
 pub use link::{max_or_current, LinkSpeed};
+pub use mirror::mirror;
 
 /// How the guest's PCIe tree is laid out.
 #[derive(
