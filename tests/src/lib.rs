@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 pub mod ch_server;
 pub mod e2e;
 pub mod emitted;
+pub mod libvirt;
 pub mod openapi;
 pub mod qemu;
 pub mod qemu_expect;

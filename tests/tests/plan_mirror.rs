@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use p2p_shared::guest_layout::GuestLayout;
 use p2p_shared::report::PlanReport;
+use p2p_tests::libvirt::validate;
 use p2p_tests::qemu::require_setup;
 use p2p_tests::{fixture_dir, plan_stdout, run};
 
@@ -282,23 +283,6 @@ fn qemu_11_1_accepts_the_mirrored_arguments() {
         .contains("x-speed"));
 }
 
-fn virt_xml_validate(xml: &str) -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("domain.xml");
-    std::fs::write(&f, xml).unwrap();
-    let out = Command::new("virt-xml-validate")
-        .arg(&f)
-        .arg("domain")
-        .output()
-        .unwrap_or_else(|e| panic!("virt-xml-validate: {e}: run `bash scripts/setup.sh`"));
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned()
-            + &String::from_utf8_lossy(&out.stdout))
-    }
-}
-
 #[test]
 fn libvirt_validates_the_mirrored_domain() {
     let tree = tree_with_rdma_nic();
@@ -335,7 +319,7 @@ fn libvirt_validates_the_mirrored_domain() {
          <cpu><numa><cell id='0' cpus='0' memory='4' unit='GiB'/><cell id='1' cpus='1' memory='4' unit='GiB'/></numa></cpu>\n\
          <devices>\n<controller type='pci' index='0' model='pcie-root'/>\n{devices}</devices>\n{over}</qemu:override>\n</domain>\n"
     );
-    virt_xml_validate(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+    validate(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
     assert_eq!(xml.matches("model='pcie-expander-bus'").count(), 3);
     assert!(xml.contains("<entry name='opt/vp2p/nccl-topo.xml' file='/var/lib/vp2p/vm0.xml'/>"));
     assert!(xml.contains("<qemu:property name='x-speed' type='string' value='16'/>"));
@@ -354,12 +338,9 @@ fn libvirt_validates_the_mirrored_domain() {
         "{nic}"
     );
     // Control: the schema checks the controller models.
-    assert!(virt_xml_validate(&xml.replacen(
-        "model='pcie-expander-bus'",
-        "model='pcie-bogus-bus'",
-        1
-    ))
-    .is_err());
+    assert!(
+        validate(&xml.replacen("model='pcie-expander-bus'", "model='pcie-bogus-bus'", 1)).is_err()
+    );
 }
 
 #[test]

@@ -4,28 +4,16 @@
 //! spec says. QEMU and libvirt's validator must be installed (scripts/setup.sh);
 //! a missing tool fails the test with a message saying so.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use p2p_tests::ch_server::FakeCloudHypervisor;
+use p2p_tests::libvirt::{tool, validate};
 use p2p_tests::openapi::SchemaCheck;
 use p2p_tests::{plan_stdout, run, unpack_fixture};
 use serde_json::{json, Value};
 
 const FIXTURE: &str = "h200x4-passthrough-guest";
-
-fn tool(name: &str) -> PathBuf {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file());
-    found.unwrap_or_else(|| {
-        panic!(
-            "{name} is not installed: run `bash scripts/setup.sh` (the README's test command does)"
-        )
-    })
-}
 
 /// `plan` on the 4-GPU fixture at PIX: four GPUs on a flat bus, one clique each.
 fn plan(extra: &[&str]) -> String {
@@ -77,26 +65,6 @@ fn qemu_parses_every_emitted_device() {
     assert!(qemu_accepts(&typo).unwrap_err().contains("not found"));
 }
 
-fn libvirt_validates(xml: &str) -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("domain.xml");
-    std::fs::write(&file, xml).unwrap();
-    let out = Command::new(tool("virt-xml-validate"))
-        .arg(&file)
-        .arg("domain")
-        .output()
-        .expect("virt-xml-validate runs");
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
 /// Puts the emitted fragments where their comments say, in a minimal domain.
 fn domain_from_fragments(fragments: &str) -> String {
     let (devices, rest) = fragments
@@ -119,10 +87,10 @@ fn libvirt_schema_accepts_the_fragments() {
     assert_eq!(text.matches("<hostdev ").count(), 4);
     assert_eq!(text.matches("name='x-nv-gpudirect-clique'").count(), 4);
     let xml = domain_from_fragments(&text);
-    libvirt_validates(&xml).unwrap_or_else(|e| panic!("libvirt rejects:\n{xml}\n{e}"));
+    validate(&xml).unwrap_or_else(|e| panic!("libvirt rejects:\n{xml}\n{e}"));
     // Control: the schema does look at the override block.
     let broken = xml.replacen("type='unsigned'", "type='bogus'", 1);
-    assert!(libvirt_validates(&broken).is_err());
+    assert!(validate(&broken).is_err());
     // The library's complete example domain validates too.
     let tree = unpack_fixture(FIXTURE);
     let topo =
@@ -145,7 +113,7 @@ fn libvirt_schema_accepts_the_fragments() {
         .collect();
     let guest = p2p_shared::guest_layout::flat(&topo, &devices).unwrap();
     let opts = p2p_host::vmm::EmitOptions::default();
-    libvirt_validates(&p2p_host::vmm::libvirt::example_domain(
+    validate(&p2p_host::vmm::libvirt::example_domain(
         &plan, &guest, &opts,
     ))
     .unwrap();

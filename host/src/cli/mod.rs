@@ -2,7 +2,9 @@
 
 mod apply;
 mod check;
+mod domain;
 mod inject;
+mod kubevirt;
 mod plan;
 mod schema;
 mod select;
@@ -34,6 +36,9 @@ enum Command {
     /// routes, BARs, peer mapping, KVM, NUMA) as PASS/WARN/FAIL with the
     /// evidence and the fix. Reads only. Exit 0 all pass, 1 a FAIL, 2 WARNs.
     Check(check::CheckArgs),
+    /// Hooks for orchestrators: `kubevirt on-define-domain` patches the domain
+    /// KubeVirt's virt-launcher defines (run by its sidecar-shim).
+    Kubevirt(kubevirt::KubevirtArgs),
     /// Hot-add a VM's GPUs with their cliques to a running Cloud Hypervisor.
     Apply(apply::ApplyArgs),
     /// Write the virtual config space a guest would read: a captured config
@@ -60,6 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Snapshot(a) => snapshot::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Apply(a) => apply::run(a),
+        Command::Kubevirt(a) => kubevirt::run(a),
         Command::Check(a) => check::run(a),
         Command::Inject(a) => inject::run(a),
         Command::Serve(a) => serve::run(a),

@@ -1,6 +1,8 @@
 //! `p2p-host plan`: clique plans per VM, as tables, JSON or VMM configuration.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{bail, Context};
@@ -11,6 +13,7 @@ use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology, VmD
 use p2p_shared::report::PlanReport;
 use p2p_shared::{Bdf, GpuSelector, PathClass, Role, Topology};
 
+use super::domain::NcclChoice;
 use super::select::TopologyArgs;
 
 /// `NAME=BDF,BDF,...`: the GPUs (and RDMA NICs) given to one VM.
@@ -46,7 +49,7 @@ impl FromStr for VmSpec {
     }
 }
 
-fn parse_level(s: &str) -> Result<MaxLevel, String> {
+pub(super) fn parse_level(s: &str) -> Result<MaxLevel, String> {
     let class: PathClass = s
         .parse()
         .map_err(|e: p2p_shared::classify::PathClassParseError| e.to_string())?;
@@ -130,14 +133,31 @@ impl PlanArgs {
     /// Plans every VM and returns the topology the plan was made on.
     pub fn plan_with_topology(&self) -> anyhow::Result<(PlanReport, Topology)> {
         let (root, topo, selector) = self.topology.load()?;
-        let specs = vm_specs(&self.vms, &topo, &selector)?;
+        let report = self.plan_vms(
+            &root.path().display().to_string(),
+            &topo,
+            &selector,
+            &self.vms,
+        )?;
+        Ok((report, topo))
+    }
+
+    /// Plans `vms` on a topology already read from `source`.
+    pub fn plan_vms(
+        &self,
+        source: &str,
+        topo: &Topology,
+        selector: &GpuSelector,
+        vms: &[VmSpec],
+    ) -> anyhow::Result<PlanReport> {
+        let specs = vm_specs(vms, topo, selector)?;
         let layout = GuestLayout::from(self.guest_topology);
         let mut plans = Vec::new();
         let mut guests = Vec::new();
         for spec in &specs {
-            let plan = plan_cliques(&topo, &spec.name, &spec.gpus, self.max_level)
+            let plan = plan_cliques(topo, &spec.name, &spec.gpus, self.max_level)
                 .with_context(|| format!("VM {}", spec.name))?;
-            guests.push(guest_of(&topo, &plan, &spec.nics, layout)?);
+            guests.push(guest_of(topo, &plan, &spec.nics, layout)?);
             plans.push(plan);
         }
         let devices: Vec<Vec<Bdf>> = specs
@@ -149,16 +169,15 @@ impl PlanArgs {
             .zip(&devices)
             .map(|(s, d)| (s.name.as_str(), d.as_slice()))
             .collect();
-        let groups = p2p_shared::iommu_groups::check(&topo, &vm_devices)?;
-        let report = PlanReport::new(
-            &root.path().display().to_string(),
+        let groups = p2p_shared::iommu_groups::check(topo, &vm_devices)?;
+        Ok(PlanReport::new(
+            source,
             self.max_level,
             plans,
             layout,
             guests,
             groups,
-        );
-        Ok((report, topo))
+        ))
     }
 }
 
@@ -255,9 +274,22 @@ pub struct PlanCmd {
     /// mirrored controllers are numbered from it).
     #[arg(long, value_name = "N", default_value_t = 1)]
     libvirt_first_index: u32,
+    /// Patch this libvirt domain XML ("-": standard input) with the plan for
+    /// the GPUs and RDMA NICs it passes through, and print it: aliases where
+    /// missing, the clique overrides, and with --guest-topology mirror the
+    /// controllers and guest addresses. Every other byte is kept.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["emit", "json", "vms"])]
+    patch_domain: Option<PathBuf>,
+    /// With --patch-domain: put the NCCL file's text into the domain's fw_cfg
+    /// entry instead of naming a host file.
+    #[arg(long, requires = "patch_domain", conflicts_with = "nccl_topo_path")]
+    nccl_topo_inline: bool,
 }
 
 pub fn run(args: PlanCmd) -> anyhow::Result<()> {
+    if let Some(file) = &args.patch_domain {
+        return patch_domain(&args, file);
+    }
     let (report, topo) = args.plan.plan_with_topology()?;
     let format = if args.json {
         Some(EmitFormat::Json)
@@ -283,5 +315,30 @@ pub fn run(args: PlanCmd) -> anyhow::Result<()> {
         }
         None => print!("{}", report.render_text()),
     }
+    Ok(())
+}
+
+/// `--patch-domain FILE`: the patched domain on standard output, what changed
+/// on standard error.
+fn patch_domain(args: &PlanCmd, file: &Path) -> anyhow::Result<()> {
+    let (text, source) = if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the domain from standard input")?;
+        (text, "standard input".to_string())
+    } else {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        (text, file.display().to_string())
+    };
+    let nccl = match (&args.nccl_topo_path, args.nccl_topo_inline) {
+        (_, true) => NcclChoice::Inline,
+        (Some(p), false) => NcclChoice::File(p.clone()),
+        (None, false) => NcclChoice::Off,
+    };
+    let patched = super::domain::patch(&args.plan, &text, &source, &nccl)?;
+    eprint!("{}", patched.report("p2p-host plan"));
+    print!("{}", patched.text);
     Ok(())
 }

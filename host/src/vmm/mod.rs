@@ -7,6 +7,7 @@
 
 pub mod ch_api;
 pub mod cloud_hypervisor;
+pub mod incus;
 pub mod libvirt;
 pub mod qemu;
 
@@ -29,6 +30,10 @@ pub enum EmitFormat {
     Json,
     /// NCCL's topology XML for one VM, keyed by guest bus ids.
     NcclTopo,
+    /// `incus config device add` commands with `nvidia.clique`.
+    Incus,
+    /// The `devices:` YAML of `incus config edit`.
+    IncusYaml,
 }
 
 /// Settings the emitters share.
@@ -57,8 +62,8 @@ pub enum EmitError {
     NoGuest(String),
     #[error("--emit nccl-topo writes one VM's file; the plan has {0} VMs: plan one VM per call (--vm NAME=...)")]
     SeveralVms(usize),
-    #[error("Cloud Hypervisor has no PCIe expander buses or switches to mirror the host with; use --guest-topology flat")]
-    NoMirror,
+    #[error("{0}; use --guest-topology flat")]
+    NoMirror(&'static str),
 }
 
 /// Renders every VM's plan in `format`.
@@ -84,12 +89,20 @@ pub fn emit(
     Ok(match format {
         EmitFormat::Qemu => each(&|p, g| qemu::arguments(p, g, opts))?,
         EmitFormat::Libvirt => each(&|p, g| libvirt::fragments(p, g, opts))?,
-        EmitFormat::CloudHypervisor => {
-            if report.guest_topology == GuestLayout::Mirror {
-                return Err(EmitError::NoMirror);
-            }
-            each(&|p, g| cloud_hypervisor::arguments(p, g))?
+        EmitFormat::CloudHypervisor | EmitFormat::Incus | EmitFormat::IncusYaml
+            if report.guest_topology == GuestLayout::Mirror =>
+        {
+            let vmm = match format {
+                EmitFormat::CloudHypervisor => {
+                    "Cloud Hypervisor has no PCIe expander buses or switches to mirror the host with"
+                }
+                _ => "Incus lays out the guest's PCIe ports itself and takes no controllers to mirror the host with",
+            };
+            return Err(EmitError::NoMirror(vmm));
         }
+        EmitFormat::CloudHypervisor => each(&|p, g| cloud_hypervisor::arguments(p, g))?,
+        EmitFormat::Incus => each(&|p, g| incus::commands(p, g))?,
+        EmitFormat::IncusYaml => each(&|p, g| incus::yaml(p, g))?,
         EmitFormat::Json => serde_json::to_string_pretty(report)? + "\n",
         EmitFormat::NcclTopo => {
             if report.vms.len() != 1 {

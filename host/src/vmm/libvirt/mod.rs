@@ -14,8 +14,17 @@ use p2p_shared::Bdf;
 
 use super::EmitOptions;
 
+mod domain;
+mod patch;
+
+pub use domain::{Domain, DomainError};
+pub use patch::{patch_domain, NcclEntry, PatchError, PatchOptions, Patched};
+
 /// The namespace the domain element must declare for `<qemu:override>`.
 pub const QEMU_NAMESPACE: &str = "http://libvirt.org/schemas/domain/qemu/1.0";
+
+/// QEMU's vfio-pci property that gives a GPU its P2P clique.
+pub const CLIQUE_PROPERTY: &str = "x-nv-gpudirect-clique";
 
 /// One `<hostdev>` element for a GPU, placed by libvirt.
 pub fn hostdev(bdf: &Bdf, alias: &str) -> String {
@@ -24,7 +33,7 @@ pub fn hostdev(bdf: &Bdf, alias: &str) -> String {
 
 /// A `<hostdev>` with its guest address: `(controller index, slot, function,
 /// multifunction)`; libvirt's `bus` is the index of the controller it plugs into.
-fn placed_hostdev(bdf: &Bdf, alias: &str, at: Option<(u32, u8, u8, bool)>) -> String {
+pub(crate) fn placed_hostdev(bdf: &Bdf, alias: &str, at: Option<(u32, u8, u8, bool)>) -> String {
     let mut out = format!(
         "<hostdev mode='subsystem' type='pci' managed='yes'>\n  \
          <source>\n    \
@@ -45,7 +54,7 @@ fn placed_hostdev(bdf: &Bdf, alias: &str, at: Option<(u32, u8, u8, bool)>) -> St
 }
 
 /// libvirt controller indexes for the mirrored root complexes and ports.
-fn controller_indexes(guest: &GuestTopology, first: u32) -> BTreeMap<String, u32> {
+pub(crate) fn controller_indexes(guest: &GuestTopology, first: u32) -> BTreeMap<String, u32> {
     let mut idx = BTreeMap::new();
     idx.insert("pcie.0".to_string(), 0);
     let ids = guest
@@ -59,8 +68,12 @@ fn controller_indexes(guest: &GuestTopology, first: u32) -> BTreeMap<String, u32
     idx
 }
 
-fn controllers(guest: &GuestTopology, idx: &BTreeMap<String, u32>) -> String {
-    let mut out = String::new();
+/// Each mirrored controller's alias and element, parents first.
+pub(crate) fn controller_elements(
+    guest: &GuestTopology,
+    idx: &BTreeMap<String, u32>,
+) -> Vec<(String, String)> {
+    let mut all = Vec::new();
     for rc in &guest.root_complexes {
         let target = match rc.numa_node {
             Some(n) => format!(
@@ -69,16 +82,18 @@ fn controllers(guest: &GuestTopology, idx: &BTreeMap<String, u32>) -> String {
             ),
             None => format!("<target busNr='{}'/>", rc.bus_nr),
         };
-        let _ = write!(
-            out,
-            "<controller type='pci' index='{}' model='pcie-expander-bus'>\n  \
+        all.push((
+            rc.id.clone(),
+            format!(
+                "<controller type='pci' index='{}' model='pcie-expander-bus'>\n  \
              <model name='pxb-pcie'/>\n  \
              {target}\n  \
              <alias name='{}'/>\n  \
              <address type='pci' domain='0x0000' bus='0x00' slot='{:#04x}' function='0x0'/>\n\
              </controller>\n",
-            idx[&rc.id], rc.id, rc.slot
-        );
+                idx[&rc.id], rc.id, rc.slot
+            ),
+        ));
     }
     for p in &guest.ports {
         let (model, name) = match p.kind {
@@ -89,17 +104,26 @@ fn controllers(guest: &GuestTopology, idx: &BTreeMap<String, u32>) -> String {
         let target = p.chassis.map_or(String::new(), |c| {
             format!("  <target chassis='{c}' port='{:#x}'/>\n", p.guest.device)
         });
-        let _ = write!(
-            out,
-            "<controller type='pci' index='{}' model='{model}'>\n  \
+        all.push((
+            p.id.clone(),
+            format!(
+                "<controller type='pci' index='{}' model='{model}'>\n  \
              <model name='{name}'/>\n{target}  \
              <alias name='{}'/>\n  \
              <address type='pci' domain='0x0000' bus='{:#04x}' slot='{:#04x}' function='0x0'/>\n\
              </controller>\n",
-            idx[&p.id], p.id, idx[&p.parent], p.guest.device
-        );
+                idx[&p.id], p.id, idx[&p.parent], p.guest.device
+            ),
+        ));
     }
-    out
+    all
+}
+
+pub(crate) fn controllers(guest: &GuestTopology, idx: &BTreeMap<String, u32>) -> String {
+    controller_elements(guest, idx)
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect()
 }
 
 fn device_hostdev(d: &GuestDevice, idx: &BTreeMap<String, u32>) -> String {
@@ -111,49 +135,96 @@ fn device_hostdev(d: &GuestDevice, idx: &BTreeMap<String, u32>) -> String {
     )
 }
 
-fn property(out: &mut String, name: &str, ty: &str, value: impl std::fmt::Display) {
-    let _ = writeln!(
-        out,
-        "      <qemu:property name='{name}' type='{ty}' value='{value}'/>"
-    );
+/// One `<qemu:property>` of a device's frontend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Property {
+    /// QEMU's property name.
+    pub name: &'static str,
+    /// libvirt's type for it: `unsigned`, `string`, ...
+    pub ty: &'static str,
+    /// The value as QEMU reads it.
+    pub value: String,
 }
 
-/// The `<qemu:override>` block: clique per GPU, link per mirrored port.
-pub fn qemu_override(plan: &CliquePlan, guest: &GuestTopology) -> String {
-    let mut out = String::from("<qemu:override>\n");
-    let mut device = |alias: &str, props: &dyn Fn(&mut String)| {
-        let _ = writeln!(out, "  <qemu:device alias='{alias}'>\n    <qemu:frontend>");
-        props(&mut out);
-        out.push_str("    </qemu:frontend>\n  </qemu:device>\n");
-    };
+impl Property {
+    fn new(name: &'static str, ty: &'static str, value: impl std::fmt::Display) -> Self {
+        Property {
+            name,
+            ty,
+            value: value.to_string(),
+        }
+    }
+
+    /// `<qemu:property name=... type=... value=.../>`.
+    pub fn render(&self) -> String {
+        format!(
+            "<qemu:property name='{}' type='{}' value='{}'/>",
+            self.name,
+            self.ty,
+            xml_text(&self.value)
+        )
+    }
+}
+
+/// The frontend properties vp2p sets, per device alias: the clique of every
+/// GPU, the link of every mirrored root port.
+pub fn override_properties(
+    plan: &CliquePlan,
+    guest: &GuestTopology,
+) -> Vec<(String, Vec<Property>)> {
+    let mut out = Vec::new();
     for (i, a) in plan.assignments.iter().enumerate() {
         let id = guest
             .devices
             .iter()
             .find(|d| d.host == a.bdf)
             .map_or_else(|| super::device_id(i), |d| d.id.clone());
-        device(&id, &|o| {
-            property(o, "x-nv-gpudirect-clique", "unsigned", a.clique.id())
-        });
+        let clique = Property::new(CLIQUE_PROPERTY, "unsigned", a.clique.id());
+        out.push((id, vec![clique]));
     }
     for p in &guest.ports {
         if let (Some(l), true) = (p.link, p.kind.has_link_properties()) {
-            device(&p.id, &|o| {
-                property(o, "x-speed", "string", l.speed.qemu());
-                property(o, "x-width", "string", l.width);
-            });
+            out.push((
+                p.id.clone(),
+                vec![
+                    Property::new("x-speed", "string", l.speed.qemu()),
+                    Property::new("x-width", "string", l.width),
+                ],
+            ));
         }
+    }
+    out
+}
+
+/// `<qemu:device alias=...>` with its frontend properties.
+pub fn override_device(alias: &str, props: &[Property]) -> String {
+    let mut out = format!(
+        "<qemu:device alias='{}'>\n  <qemu:frontend>\n",
+        xml_text(alias)
+    );
+    for p in props {
+        let _ = writeln!(out, "    {}", p.render());
+    }
+    out.push_str("  </qemu:frontend>\n</qemu:device>\n");
+    out
+}
+
+/// The `<qemu:override>` block: clique per GPU, link per mirrored port.
+pub fn qemu_override(plan: &CliquePlan, guest: &GuestTopology) -> String {
+    let mut out = String::from("<qemu:override>\n");
+    for (alias, props) in override_properties(plan, guest) {
+        out.push_str(&indent(&override_device(&alias, &props), "  "));
     }
     out.push_str("</qemu:override>\n");
     out
 }
 
-fn indent(text: &str, by: &str) -> String {
+pub(crate) fn indent(text: &str, by: &str) -> String {
     text.lines().map(|l| format!("{by}{l}\n")).collect()
 }
 
 /// `<sysinfo type='fwcfg'>` handing the NCCL file to the guest.
-fn fw_cfg(path: &str) -> String {
+pub(crate) fn fw_cfg(path: &str) -> String {
     format!(
         "<sysinfo type='fwcfg'>\n  <entry name='{FW_CFG_NAME}' file='{}'/>\n</sysinfo>\n",
         xml_text(path)
@@ -245,9 +316,11 @@ pub fn example_domain(plan: &CliquePlan, guest: &GuestTopology, opts: &EmitOptio
     )
 }
 
-fn xml_text(s: &str) -> String {
+/// `s` escaped for XML text and for attribute values in either quote.
+pub(crate) fn xml_text(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('\'', "&apos;")
+        .replace('"', "&quot;")
 }

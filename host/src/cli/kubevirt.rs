@@ -1,0 +1,184 @@
+//! `p2p-host kubevirt on-define-domain`: the hook KubeVirt's sidecar-shim runs
+//! as `onDefineDomain --vmi JSON --domain XML`, taking the new domain from
+//! standard output. The policy comes from the VMI's `vp2p.io/` annotations;
+//! an error leaves the VM as it was (the domain unchanged, the reason on
+//! standard error) unless `vp2p.io/on-error: fail` asks to stop it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Subcommand};
+use p2p_shared::select::ClassPrefix;
+
+use super::domain::{patch, NcclChoice};
+use super::plan::{parse_level, LayoutArg, PlanArgs};
+use super::select::TopologyArgs;
+
+/// The annotations the hook reads, with their values.
+pub const ANNOTATIONS: &[(&str, &str)] = &[
+    (
+        "vp2p.io/max-level",
+        "pix | pxb | phb | node | sys (default phb)",
+    ),
+    ("vp2p.io/guest-topology", "flat | mirror (default flat)"),
+    (
+        "vp2p.io/nccl-topo",
+        "inline | off (default inline with mirror, off with flat)",
+    ),
+    (
+        "vp2p.io/gpu-class",
+        "a PCI class prefix such as 0302 (default: NVIDIA display functions)",
+    ),
+    (
+        "vp2p.io/on-error",
+        "keep | fail (default keep: the domain passes unchanged)",
+    ),
+];
+
+/// KubeVirt hooks.
+#[derive(Debug, Args)]
+pub struct KubevirtArgs {
+    #[command(subcommand)]
+    hook: Hook,
+}
+
+#[derive(Debug, Subcommand)]
+enum Hook {
+    /// Patch the domain virt-launcher is about to define with the plan for
+    /// its GPUs (the sidecar-shim's onDefineDomain).
+    OnDefineDomain(OnDefineDomainArgs),
+}
+
+#[derive(Debug, Args)]
+struct OnDefineDomainArgs {
+    /// The VirtualMachineInstance as JSON, as the shim passes it.
+    #[arg(long, value_name = "JSON")]
+    vmi: String,
+    /// The libvirt domain XML, as the shim passes it.
+    #[arg(long, value_name = "XML")]
+    domain: String,
+    /// The node's sysfs (the sidecar sees the node's /sys read-only).
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "VP2P_SYSFS_ROOT",
+        default_value = "/sys"
+    )]
+    sysfs_root: PathBuf,
+}
+
+/// The hook's policy, from the VMI's annotations.
+#[derive(Debug)]
+struct Policy {
+    plan: PlanArgs,
+    nccl: NcclChoice,
+}
+
+const WHO: &str = "p2p-host kubevirt on-define-domain";
+
+pub fn run(args: KubevirtArgs) -> anyhow::Result<()> {
+    let Hook::OnDefineDomain(a) = args.hook;
+    let annotations = annotations(&a.vmi);
+    // An unreadable on-error annotation cannot ask to fail hard.
+    let fail_hard = annotations
+        .as_ref()
+        .ok()
+        .and_then(|m| m.get("vp2p.io/on-error"))
+        .is_some_and(|v| v.eq_ignore_ascii_case("fail"));
+    let outcome = annotations
+        .and_then(|m| policy(&m, &a.sysfs_root))
+        .and_then(|p| patch(&p.plan, &a.domain, "the domain from virt-launcher", &p.nccl));
+    match outcome {
+        Ok(patched) => {
+            eprint!("{}", patched.report(WHO));
+            print!("{}", patched.text);
+            Ok(())
+        }
+        Err(e) if fail_hard => Err(e.context("vp2p.io/on-error is fail: the VM is not defined")),
+        Err(e) => {
+            eprintln!(
+                "{WHO}: error: {e:#}\n{WHO}: the domain passes unchanged, without P2P cliques \
+                 (annotate the VMI with vp2p.io/on-error: fail to stop it instead)"
+            );
+            print!("{}", a.domain);
+            Ok(())
+        }
+    }
+}
+
+/// `metadata.annotations` of the VMI JSON.
+fn annotations(vmi: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let v: serde_json::Value = serde_json::from_str(vmi).context("--vmi is not JSON")?;
+    let Some(map) = v.pointer("/metadata/annotations") else {
+        return Ok(BTreeMap::new());
+    };
+    let map = map
+        .as_object()
+        .ok_or_else(|| anyhow!("--vmi: metadata.annotations is not an object"))?;
+    Ok(map
+        .iter()
+        .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+        .collect())
+}
+
+fn policy(ann: &BTreeMap<String, String>, sysfs_root: &std::path::Path) -> anyhow::Result<Policy> {
+    for k in ann.keys().filter(|k| k.starts_with("vp2p.io/")) {
+        if !ANNOTATIONS.iter().any(|(known, _)| known == k) {
+            let names: Vec<&str> = ANNOTATIONS.iter().map(|(n, _)| *n).collect();
+            bail!(
+                "annotation {k} is not one vp2p reads ({})",
+                names.join(", ")
+            );
+        }
+    }
+    let get = |k: &str| ann.get(k).map(|v| v.trim().to_ascii_lowercase());
+    let bad = |k: &str, v: &str| {
+        let values = ANNOTATIONS
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map_or("", |(_, d)| d);
+        anyhow!("annotation {k}: '{v}' is not one of {values}")
+    };
+    let max_level = match get("vp2p.io/max-level") {
+        Some(v) => parse_level(&v).map_err(|_| bad("vp2p.io/max-level", &v))?,
+        None => parse_level("phb").map_err(|e| anyhow!(e))?,
+    };
+    let guest_topology = match get("vp2p.io/guest-topology").as_deref() {
+        None | Some("flat") => LayoutArg::Flat,
+        Some("mirror") => LayoutArg::Mirror,
+        Some(v) => return Err(bad("vp2p.io/guest-topology", v)),
+    };
+    let nccl = match (get("vp2p.io/nccl-topo").as_deref(), guest_topology) {
+        (None, LayoutArg::Mirror) | (Some("inline"), _) => NcclChoice::Inline,
+        (None, LayoutArg::Flat) | (Some("off"), _) => NcclChoice::Off,
+        (Some(v), _) => return Err(bad("vp2p.io/nccl-topo", v)),
+    };
+    if let Some(v) = get("vp2p.io/on-error") {
+        if v != "keep" && v != "fail" {
+            return Err(bad("vp2p.io/on-error", &v));
+        }
+    }
+    let gpu_class = match get("vp2p.io/gpu-class") {
+        Some(v) => Some(
+            v.parse::<ClassPrefix>()
+                .map_err(|_| bad("vp2p.io/gpu-class", &v))?,
+        ),
+        None => None,
+    };
+    Ok(Policy {
+        plan: PlanArgs {
+            topology: TopologyArgs {
+                sysfs_root: sysfs_root.to_path_buf(),
+                gpus: Vec::new(),
+                gpu_class,
+                nvlink: None,
+                no_nvml: false,
+            },
+            max_level,
+            vms: Vec::new(),
+            guest_topology,
+        },
+        nccl,
+    })
+}

@@ -1,0 +1,594 @@
+//! Patching an existing libvirt domain with a plan: aliases where missing, the
+//! clique overrides, and optionally the mirrored controllers, the devices'
+//! guest addresses and the NCCL file. Every change is an insertion or a
+//! replacement at a byte range of the original, so all other bytes stay as
+//! they were, and a patched domain patches to itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+
+use p2p_shared::clique::CliquePlan;
+use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology};
+use p2p_shared::nccl_topo::FW_CFG_NAME;
+use p2p_shared::Bdf;
+
+use super::domain::{CommandlineClique, Controller, Domain, Element, GuestAddress};
+use super::{
+    controller_elements, controller_indexes, override_device, override_properties, xml_text,
+    Property, CLIQUE_PROPERTY, QEMU_NAMESPACE,
+};
+
+/// How the NCCL topology file reaches the guest's fw_cfg.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NcclEntry {
+    /// `<entry file=PATH>`: the file on the host (write it with `--emit nccl-topo`).
+    File(String),
+    /// The file's text inside the domain: nothing to keep on the host.
+    Inline(String),
+}
+
+/// What a patch may add besides aliases and cliques.
+#[derive(Debug, Clone, Default)]
+pub struct PatchOptions {
+    /// The NCCL file entry; None leaves fw_cfg alone.
+    pub nccl: Option<NcclEntry>,
+}
+
+/// A patched domain and what was changed, in words (empty: nothing to do).
+#[derive(Debug, Clone)]
+pub struct Patched {
+    /// The domain text.
+    pub text: String,
+    /// One line per change.
+    pub changes: Vec<String>,
+}
+
+/// Why a domain cannot be patched with the plan.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    /// A property vp2p sets is already set to another value.
+    #[error(
+        "{device}: {property}={found} is set by hand in {place}, the plan gives {wanted}: \
+         remove the hand-set value (or plan with another --max-level)"
+    )]
+    Conflict {
+        /// The device: host address and alias, or the port's alias.
+        device: String,
+        /// The property.
+        property: &'static str,
+        /// Its value in the domain.
+        found: String,
+        /// The plan's value.
+        wanted: String,
+        /// `<qemu:override>` or `<qemu:commandline>`.
+        place: &'static str,
+    },
+    /// A command-line argument sets cliques without naming one device.
+    #[error(
+        "<qemu:commandline> sets {CLIQUE_PROPERTY} in a form that names no single device \
+         ('{0}'): remove it, vp2p sets each GPU's clique"
+    )]
+    Commandline(String),
+    /// The plan holds a device the domain does not pass through.
+    #[error("{0} is in the plan but is not a <hostdev> of the domain")]
+    NotInDomain(Bdf),
+    /// A mirrored root complex sits on a NUMA cell the domain lacks.
+    #[error(
+        "the mirrored topology puts {rc} on guest NUMA cell {cell} (host node {host}), which \
+         the domain does not define: add <cell id='{cell}' .../> to <cpu><numa>{cpus}, or \
+         patch with --guest-topology flat"
+    )]
+    NumaCell {
+        /// The root complex's alias.
+        rc: String,
+        /// The guest cell.
+        cell: u32,
+        /// The host node.
+        host: u32,
+        /// `, pinned to host CPUs ...` when known.
+        cpus: String,
+    },
+    /// A flat guest's bus ids are the domain's own: no host-made NCCL file.
+    #[error(
+        "an NCCL file from the host needs the guest bus ids, which only the mirrored layout \
+         pins: patch with --guest-topology mirror, or let `p2p-guest nccl-topo --install` \
+         derive the file in the guest"
+    )]
+    NcclNeedsMirror,
+}
+
+/// One change: `text` replaces `at` (an insertion when `at` is empty).
+#[derive(Debug)]
+struct Edit {
+    at: Range<usize>,
+    text: String,
+}
+
+/// Collects edits in the order they are made; applies them by position.
+struct Edits<'d> {
+    domain: &'d Domain<'d>,
+    edits: Vec<Edit>,
+    changes: Vec<String>,
+    prefix: String,
+    /// One level of the domain's indentation (a tab for KubeVirt's).
+    unit: String,
+}
+
+impl<'d> Edits<'d> {
+    fn new(domain: &'d Domain<'d>) -> Self {
+        Edits {
+            domain,
+            edits: Vec::new(),
+            changes: Vec::new(),
+            prefix: domain.qemu_prefix.clone().unwrap_or_else(|| "qemu".into()),
+            unit: domain
+                .root
+                .child_indent
+                .strip_prefix(domain.root.indent.as_str())
+                .filter(|u| !u.is_empty())
+                .unwrap_or("  ")
+                .to_string(),
+        }
+    }
+
+    /// `snippet` as written in this domain: its quote, its indentation and
+    /// its QEMU prefix. Snippets are written with single quotes and two
+    /// spaces a level.
+    fn styled(&self, snippet: &str) -> String {
+        let snippet: String = if self.unit == "  " {
+            snippet.to_string()
+        } else {
+            let lines: Vec<String> = snippet
+                .lines()
+                .map(|l| {
+                    let body = l.trim_start_matches(' ');
+                    let levels = (l.len() - body.len()) / 2;
+                    format!("{}{body}", self.unit.repeat(levels))
+                })
+                .collect();
+            lines.join("\n")
+        };
+        let s = if self.prefix == "qemu" {
+            snippet.to_string()
+        } else {
+            snippet
+                .replace("<qemu:", &format!("<{}:", self.prefix))
+                .replace("</qemu:", &format!("</{}:", self.prefix))
+        };
+        if self.domain.quote == '"' {
+            s.replace('\'', "\"")
+        } else {
+            s
+        }
+    }
+
+    fn insert(&mut self, at: usize, text: String) {
+        self.edits.push(Edit { at: at..at, text });
+    }
+
+    fn replace(&mut self, at: Range<usize>, text: String) {
+        self.edits.push(Edit { at, text });
+    }
+
+    /// `snippet` (one or more lines) as the new last child of `parent`.
+    fn append_child(&mut self, parent: &Element, snippet: &str) {
+        let styled = self.styled(snippet);
+        self.append_styled(parent, &styled);
+    }
+
+    /// Like `append_child`, for a snippet already in the domain's style.
+    fn append_styled(&mut self, parent: &Element, styled: &str) {
+        let block = lines_at(&parent.child_indent, styled);
+        if parent.self_closing {
+            let close = format!(">{block}\n{}</{}>", parent.indent, parent.qname);
+            let end = parent.start_tag_end;
+            self.replace(end - 2..end, close);
+        } else {
+            let at = parent.last_child_end.unwrap_or(parent.start_tag_end);
+            self.insert(at, block);
+        }
+    }
+
+    fn apply(mut self) -> Patched {
+        self.edits.sort_by_key(|e| e.at.start);
+        let text = self.domain.text;
+        let mut out = String::with_capacity(text.len() + 4096);
+        let mut pos = 0;
+        for e in &self.edits {
+            out.push_str(&text[pos..e.at.start]);
+            out.push_str(&e.text);
+            pos = e.at.end;
+        }
+        out.push_str(&text[pos..]);
+        Patched {
+            text: out,
+            changes: self.changes,
+        }
+    }
+}
+
+/// `snippet`'s lines, each on a new line indented by `indent`.
+fn lines_at(indent: &str, snippet: &str) -> String {
+    snippet.lines().map(|l| format!("\n{indent}{l}")).collect()
+}
+
+/// Patches `domain` with one VM's plan. `guest` lists the VM's GPUs and RDMA
+/// NICs (its device ids are replaced by the domain's aliases); its layout
+/// says whether the controllers and guest addresses are mirrored.
+pub fn patch_domain(
+    domain: &Domain,
+    plan: &CliquePlan,
+    guest: &GuestTopology,
+    opts: &PatchOptions,
+) -> Result<Patched, PatchError> {
+    let mut edits = Edits::new(domain);
+    let guest = aliased(domain, guest, &mut edits)?;
+    let mirror = guest.layout == GuestLayout::Mirror;
+    if mirror {
+        place_mirrored(domain, &guest, &mut edits)?;
+    }
+    let labels = device_labels(&guest);
+    let added_qemu = set_properties(
+        domain,
+        &override_properties(plan, &guest),
+        &labels,
+        &mut edits,
+    )?;
+    if let Some(entry) = &opts.nccl {
+        if !mirror {
+            return Err(PatchError::NcclNeedsMirror);
+        }
+        nccl_entry(domain, entry, &mut edits);
+    }
+    if added_qemu && domain.qemu_prefix.is_none() {
+        let at = domain.root.start_tag_end - 1;
+        let attr = edits.styled(&format!(" xmlns:qemu='{QEMU_NAMESPACE}'"));
+        edits.insert(at, attr);
+        edits.changes.push("declared xmlns:qemu".into());
+    }
+    Ok(edits.apply())
+}
+
+/// The guest tree with each device's id set to its alias in the domain,
+/// adding or replacing aliases libvirt would not keep.
+fn aliased(
+    domain: &Domain,
+    guest: &GuestTopology,
+    edits: &mut Edits,
+) -> Result<GuestTopology, PatchError> {
+    let mut taken: BTreeSet<String> = domain.aliases().into_iter().map(str::to_string).collect();
+    let mut guest = guest.clone();
+    let mut counts = [0usize; 2];
+    for d in &mut guest.devices {
+        let h = domain
+            .hostdev(d.host)
+            .ok_or(PatchError::NotInDomain(d.host))?;
+        match &h.alias {
+            Some((a, _)) if a.starts_with("ua-") => d.id = a.clone(),
+            existing => {
+                let n = &mut counts[usize::from(d.role == DeviceRole::Nic)];
+                let alias = loop {
+                    let a = guest_layout::device_id(d.role, *n);
+                    *n += 1;
+                    if !taken.contains(&a) {
+                        break a;
+                    }
+                };
+                taken.insert(alias.clone());
+                match existing {
+                    Some((old, range)) => {
+                        edits.replace(range.clone(), alias.clone());
+                        edits.changes.push(format!(
+                            "{}: alias {old} (libvirt keeps only ua- aliases) is now {alias}",
+                            d.host
+                        ));
+                    }
+                    None => {
+                        let el = edits.styled(&format!("<alias name='{alias}'/>"));
+                        edits.insert(h.source_end, format!("\n{}{el}", h.child_indent));
+                        edits.changes.push(format!("{}: alias {alias}", d.host));
+                    }
+                }
+                d.id = alias;
+            }
+        }
+    }
+    Ok(guest)
+}
+
+/// `0000:23:00.0 (alias ua-gpu0)` for devices, the alias for ports.
+fn device_labels(guest: &GuestTopology) -> BTreeMap<String, String> {
+    guest
+        .devices
+        .iter()
+        .map(|d| (d.id.clone(), format!("{} (alias {})", d.host, d.id)))
+        .collect()
+}
+
+/// Sets every wanted property that is not set yet; refuses contradictions.
+/// Returns whether any QEMU element was added.
+fn set_properties(
+    domain: &Domain,
+    wanted: &[(String, Vec<Property>)],
+    labels: &BTreeMap<String, String>,
+    edits: &mut Edits,
+) -> Result<bool, PatchError> {
+    if let Some(CommandlineClique::Other(arg)) = domain
+        .commandline
+        .iter()
+        .find(|c| matches!(c, CommandlineClique::Other(_)))
+    {
+        return Err(PatchError::Commandline(arg.clone()));
+    }
+    let mut new_devices = String::new();
+    let mut added = false;
+    for (alias, props) in wanted {
+        let label = || labels.get(alias).cloned().unwrap_or_else(|| alias.clone());
+        let mut missing = Vec::new();
+        for p in props {
+            let by_hand = domain
+                .properties
+                .iter()
+                .find(|s| &s.alias == alias && s.name == p.name)
+                .map(|s| (s.value.clone(), "<qemu:override>"))
+                .or_else(|| {
+                    domain.commandline.iter().find_map(|c| match c {
+                        CommandlineClique::Device { alias: a, value }
+                            if a == alias && p.name == CLIQUE_PROPERTY =>
+                        {
+                            Some((value.clone(), "<qemu:commandline>"))
+                        }
+                        _ => None,
+                    })
+                });
+            match by_hand {
+                Some((found, _)) if same_value(&found, &p.value) => {}
+                Some((found, place)) => {
+                    return Err(PatchError::Conflict {
+                        device: label(),
+                        property: p.name,
+                        found,
+                        wanted: p.value.clone(),
+                        place,
+                    })
+                }
+                None => missing.push(p.clone()),
+            }
+        }
+        if missing.is_empty() {
+            continue;
+        }
+        added = true;
+        let said: Vec<String> = missing
+            .iter()
+            .map(|p| format!("{}={}", p.name, p.value))
+            .collect();
+        edits
+            .changes
+            .push(format!("{}: {}", label(), said.join(", ")));
+        let frontend = domain
+            .properties
+            .iter()
+            .find(|s| &s.alias == alias)
+            .and_then(|s| s.frontend.clone());
+        let device = domain.override_devices.iter().find(|(a, _)| a == alias);
+        match (frontend, device) {
+            (Some(fe), _) => {
+                for p in &missing {
+                    edits.append_child(&fe, &p.render());
+                }
+            }
+            (None, Some((_, dev))) => {
+                let mut fe = String::from("<qemu:frontend>\n");
+                for p in &missing {
+                    fe.push_str(&format!("  {}\n", p.render()));
+                }
+                fe.push_str("</qemu:frontend>");
+                edits.append_child(dev, &fe);
+            }
+            (None, None) => new_devices.push_str(&override_device(alias, &missing)),
+        }
+    }
+    if new_devices.is_empty() {
+        return Ok(added);
+    }
+    match &domain.qemu_override {
+        Some(ov) => edits.append_child(ov, new_devices.trim_end()),
+        None => {
+            let block = format!(
+                "<qemu:override>\n{}</qemu:override>",
+                super::indent(&new_devices, "  ")
+            );
+            edits.append_child(&domain.root, &block);
+        }
+    }
+    Ok(true)
+}
+
+/// Numbers as QEMU reads them: `3` and `0x3` are the same clique.
+fn same_value(a: &str, b: &str) -> bool {
+    let num = |s: &str| match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse::<u64>().ok(),
+    };
+    a == b || matches!((num(a), num(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// Controllers, NUMA cells and guest addresses of the mirrored layout.
+fn place_mirrored(
+    domain: &Domain,
+    guest: &GuestTopology,
+    edits: &mut Edits,
+) -> Result<(), PatchError> {
+    let ours: BTreeSet<&str> = guest
+        .root_complexes
+        .iter()
+        .map(|r| r.id.as_str())
+        .chain(guest.ports.iter().map(|p| p.id.as_str()))
+        .collect();
+    let present: BTreeMap<&str, &Controller> = domain
+        .controllers
+        .iter()
+        .filter_map(|c| {
+            c.alias
+                .as_deref()
+                .filter(|a| ours.contains(a))
+                .map(|a| (a, c))
+        })
+        .collect();
+    let others: Vec<u32> = domain
+        .controllers
+        .iter()
+        .filter(|c| !c.alias.as_deref().is_some_and(|a| ours.contains(a)))
+        .map(|c| c.index)
+        .collect();
+    // Keep vp2p's numbering when its controllers are there (KubeVirt defines
+    // the domain twice, libvirt adding controllers in between); else number
+    // after every other controller.
+    let span = ours.len() as u32;
+    let first = present
+        .values()
+        .map(|c| c.index)
+        .min()
+        .filter(|f| *f >= 1 && !others.iter().any(|i| (*f..*f + span).contains(i)))
+        .unwrap_or_else(|| others.iter().map(|i| i + 1).max().unwrap_or(1).max(1));
+    let idx = controller_indexes(guest, first);
+    for rc in &guest.root_complexes {
+        if let Some(cell) = rc.numa_node {
+            if !domain.numa_cells.contains(&cell) {
+                let node = guest.numa_nodes.iter().find(|n| n.guest == cell);
+                return Err(PatchError::NumaCell {
+                    rc: rc.id.clone(),
+                    cell,
+                    host: node.map_or(cell, |n| n.host),
+                    cpus: node
+                        .and_then(|n| n.host_cpus.clone())
+                        .map_or(String::new(), |c| format!(", pinned to host CPUs {c}")),
+                });
+            }
+        }
+    }
+    let indent = &domain.devices.child_indent;
+    let mut added = String::new();
+    for (id, element) in controller_elements(guest, &idx) {
+        let styled = edits.styled(element.trim_end());
+        match present.get(id.as_str()) {
+            // vp2p owns its controllers: rewritten when they differ.
+            Some(c) => {
+                let want = styled
+                    .lines()
+                    .collect::<Vec<_>>()
+                    .join(&format!("\n{indent}"));
+                if domain.text[c.range.clone()] != want {
+                    edits.replace(c.range.clone(), want);
+                    edits.changes.push(format!("controller {id}: rewritten"));
+                }
+            }
+            None => added.push_str(&element),
+        }
+    }
+    if !added.is_empty() {
+        edits.changes.push(format!(
+            "{} mirrored controller(s) from index {first}",
+            added.matches("<controller ").count()
+        ));
+        match domain.last_controller_end {
+            Some(at) => {
+                let block = lines_at(indent, &edits.styled(added.trim_end()));
+                edits.insert(at, block);
+            }
+            None => edits.append_child(&domain.devices, added.trim_end()),
+        }
+    }
+    for d in &guest.devices {
+        let h = domain
+            .hostdev(d.host)
+            .ok_or(PatchError::NotInDomain(d.host))?;
+        let want = GuestAddress {
+            bus: idx.get(&d.parent).copied().unwrap_or(0),
+            slot: d.guest.device,
+            function: d.guest.function,
+            multifunction: d.multifunction,
+        };
+        let element =
+            edits.styled(&format!(
+            "<address type='pci' domain='0x0000' bus='{:#04x}' slot='{:#04x}' function='{:#x}'{}/>",
+            want.bus,
+            want.slot,
+            want.function,
+            if want.multifunction { " multifunction='on'" } else { "" }
+        ));
+        match &h.guest {
+            Some((have, _)) if *have == want => {}
+            Some((have, range)) => {
+                edits.replace(range.clone(), element);
+                edits.changes.push(format!(
+                    "{}: guest address bus {:#04x} slot {:#04x} (was bus {:#04x} slot {:#04x})",
+                    d.host, want.bus, want.slot, have.bus, have.slot
+                ));
+            }
+            None => {
+                let at = h.alias_end.unwrap_or(h.source_end);
+                edits.insert(at, format!("\n{}{element}", h.child_indent));
+                edits.changes.push(format!(
+                    "{}: guest address bus {:#04x} slot {:#04x}",
+                    d.host, want.bus, want.slot
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The fw_cfg entry with the NCCL file: added, kept when equal, else replaced
+/// (the name is vp2p's own). Inline text is kept on one line (`&#10;`), so
+/// that indenting the domain never changes the file.
+fn nccl_entry(domain: &Domain, entry: &NcclEntry, edits: &mut Edits) {
+    let element = match entry {
+        NcclEntry::File(path) => edits.styled(&format!(
+            "<entry name='{FW_CFG_NAME}' file='{}'/>",
+            xml_text(path)
+        )),
+        NcclEntry::Inline(text) => edits
+            .styled(&format!("<entry name='{FW_CFG_NAME}'>\u{0}</entry>"))
+            .replace('\u{0}', &inline_text(text)),
+    };
+    match domain.nccl_entry() {
+        Some(have) => {
+            let same = match entry {
+                NcclEntry::File(p) => have.file.as_deref() == Some(p.as_str()),
+                NcclEntry::Inline(t) => have.file.is_none() && have.value == *t,
+            };
+            if !same {
+                edits.replace(have.range.clone(), element);
+                edits
+                    .changes
+                    .push(format!("fw_cfg {FW_CFG_NAME}: replaced"));
+            }
+        }
+        None => {
+            edits.changes.push(format!("fw_cfg {FW_CFG_NAME}: added"));
+            match &domain.fw_cfg {
+                Some(sysinfo) => edits.append_styled(sysinfo, &element),
+                None => {
+                    let open = edits.styled("<sysinfo type='fwcfg'>");
+                    let root = &domain.root.child_indent;
+                    let unit = &edits.unit;
+                    let block = format!("{open}\n{root}{unit}{element}\n{root}</sysinfo>");
+                    match domain.os_start {
+                        Some(at) => edits.insert(at, format!("{block}\n{root}")),
+                        None => edits.append_styled(&domain.root, &block),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Text content on one line: `&`, `<`, `>` and line ends escaped.
+fn inline_text(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\n', "&#10;")
+}
