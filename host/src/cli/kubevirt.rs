@@ -5,6 +5,7 @@
 //! standard error) unless `vp2p.io/on-error: fail` asks to stop it.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
@@ -91,8 +92,9 @@ pub fn run(args: KubevirtArgs) -> anyhow::Result<()> {
         .and_then(|p| patch(&p.plan, &a.domain, "the domain from virt-launcher", &p.nccl));
     match outcome {
         Ok(patched) => {
-            eprint!("{}", patched.report(WHO));
             print!("{}", patched.text);
+            std::io::stdout().flush()?;
+            eprint!("{}", patched.report(WHO));
             Ok(())
         }
         Err(e) if fail_hard => Err(e.context("vp2p.io/on-error is fail: the VM is not defined")),

@@ -1,7 +1,7 @@
 //! `p2p-host plan`: clique plans per VM, as tables, JSON or VMM configuration.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -338,7 +338,8 @@ fn patch_domain(args: &PlanCmd, file: &Path) -> anyhow::Result<()> {
         (None, false) => NcclChoice::Off,
     };
     let patched = super::domain::patch(&args.plan, &text, &source, &nccl)?;
-    eprint!("{}", patched.report("p2p-host plan"));
     print!("{}", patched.text);
+    std::io::stdout().flush()?;
+    eprint!("{}", patched.report("p2p-host plan"));
     Ok(())
 }

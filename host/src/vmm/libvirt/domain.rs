@@ -461,7 +461,7 @@ fn start_tag_quote(text: &str, n: Node) -> char {
 
 fn element(text: &str, n: Node) -> Element {
     let (start_tag_end, self_closing) = start_tag_end(text, n);
-    let last = n.children().filter(Node::is_element).last();
+    let last = n.children().rfind(Node::is_element);
     let indent = indent_before(text, n.range().start);
     let child_indent = n
         .children()

@@ -1,0 +1,261 @@
+//! The KubeVirt hook run as KubeVirt's sidecar-shim runs it: the wrapper
+//! `host/kubevirt/onDefineDomain` found on PATH, called with exactly the
+//! shim's argv (`--vmi JSON --domain XML`, cmd/sidecars/sidecar_shim.go), its
+//! standard output taken as the new domain. The domain is written the way
+//! virt-launcher marshals it (Go encoding/xml, tab indent, double quotes,
+//! `<x></x>` pairs, GPU hostdevs aliased `ua-gpu-<name>`); the node's sysfs is
+//! the captured two-socket tree. Cliques are boot.sh's table at PHB.
+
+use std::process::Command;
+
+use p2p_tests::libvirt::{validate, DomainView};
+use p2p_tests::{binary, fixture_dir, repo_root, Run};
+
+fn domain() -> String {
+    std::fs::read_to_string(repo_root().join("tests/fixtures/domains/kubevirt-virt-launcher.xml"))
+        .unwrap()
+}
+
+/// A VMI as virt-launcher serialises it, with vp2p's annotations.
+fn vmi(annotations: &[(&str, &str)]) -> String {
+    let mut ann = serde_json::json!({
+        "hooks.kubevirt.io/hookSidecars":
+            "[{\"args\":[\"--version\",\"v1alpha3\"],\"image\":\"registry.example/vp2p-sidecar:0.1\"}]",
+        "kubevirt.io/latest-observed-api-version": "v1",
+        // The captured tree's "GPUs" are NVMe functions.
+        "vp2p.io/gpu-class": "0108",
+    });
+    for (k, v) in annotations {
+        ann[*k] = serde_json::Value::String(v.to_string());
+    }
+    serde_json::json!({
+        "kind": "VirtualMachineInstance",
+        "apiVersion": "kubevirt.io/v1",
+        "metadata": {"name": "train-01", "namespace": "gpu-jobs", "annotations": ann,
+                     "uid": "0c5e1f7a-3b2d-4e8f-9a61-7d4c2b8e5f13"},
+        "spec": {"domain": {"devices": {"gpus": [
+            {"name": "gpu1", "deviceName": "nvidia.com/GH100_H200"},
+            {"name": "gpu2", "deviceName": "nvidia.com/GH100_H200"},
+            {"name": "gpu3", "deviceName": "nvidia.com/GH100_H200"},
+            {"name": "gpu4", "deviceName": "nvidia.com/GH100_H200"}]},
+            "cpu": {"dedicatedCpuPlacement": true, "numa": {"guestMappingPassthrough": {}}}}},
+        "status": {"phase": "Scheduled", "nodeName": "gpu-node-07"}
+    })
+    .to_string()
+}
+
+/// Runs `onDefineDomain --vmi VMI --domain XML` the way the shim does.
+fn hook(vmi: &str, domain: &str) -> Run {
+    let wrapper_dir = repo_root().join("host/kubevirt");
+    let bin_dir = binary("p2p-host").parent().unwrap().to_path_buf();
+    let path = std::env::join_paths([wrapper_dir, bin_dir].into_iter().chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let out = Command::new("onDefineDomain")
+        .env("PATH", &path)
+        .env(
+            "VP2P_SYSFS_ROOT",
+            fixture_dir("qemu-11.1-two-socket-iommu-on"),
+        )
+        .args(["--vmi", vmi, "--domain", domain])
+        .output()
+        .expect("the wrapper runs from PATH");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// libvirt's schema is stricter than its parser on two things virt-launcher
+/// writes (empty `<bios>`/`<baseBoard>`/`<chassis>` in sysinfo, `type="pci"`
+/// on a hostdev's source address); both go before validating.
+fn schema_form(xml: &str) -> String {
+    let mut s = xml.to_string();
+    for empty in [
+        "\t\t<bios></bios>\n",
+        "\t\t<baseBoard></baseBoard>\n",
+        "\t\t<chassis></chassis>\n",
+    ] {
+        s = s.replace(empty, "");
+    }
+    // Source addresses are the only ones four tabs deep.
+    s.replace("\t\t\t\t<address type=\"pci\" ", "\t\t\t\t<address ")
+}
+
+fn cliques(xml: &str) -> Vec<(String, u8)> {
+    DomainView::parse(xml).cliques().into_iter().collect()
+}
+
+fn hand(v: &[(&str, u8)]) -> Vec<(String, u8)> {
+    v.iter().map(|(b, c)| (b.to_string(), *c)).collect()
+}
+
+#[test]
+fn the_shim_gets_the_domain_with_cliques_and_nothing_else_changed() {
+    let input = domain();
+    validate(&schema_form(&input)).expect("control: the sample in schema form is valid");
+    let r = hook(&vmi(&[]), &input);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let out = r.stdout;
+    validate(&schema_form(&out)).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    assert_eq!(
+        cliques(&out),
+        hand(&[
+            ("0000:23:00.0", 0),
+            ("0000:24:00.0", 0),
+            ("0000:41:00.0", 1),
+            ("0000:83:00.0", 2)
+        ])
+    );
+    // KubeVirt's own aliases are used; the only addition is the override
+    // block before </domain>, in the domain's tabs and double quotes.
+    let v = DomainView::parse(&out);
+    assert_eq!(v.hostdevs["0000:41:00.0"].0, "ua-gpu-gpu3");
+    let (head, tail) = out
+        .split_once("\t<qemu:override>\n")
+        .expect("override block");
+    assert_eq!(format!("{head}</domain>"), input);
+    assert!(
+        tail.starts_with("\t\t<qemu:device alias=\"ua-gpu-gpu1\">\n\t\t\t<qemu:frontend>\n"),
+        "{tail}"
+    );
+    assert!(!tail.contains('\''));
+    assert!(
+        r.stderr
+            .contains("gpu-jobs_train-01: 4 GPU(s), 3 clique(s), max level PHB: 4 change(s)"),
+        "{}",
+        r.stderr
+    );
+    // virt-launcher may run the hook on its own output: nothing changes.
+    let again = hook(&vmi(&[]), &out);
+    assert_eq!(again.stdout, out);
+    assert!(again.stderr.contains("already patched, unchanged"));
+}
+
+#[test]
+fn annotations_set_the_level_and_the_mirrored_tree() {
+    let r = hook(&vmi(&[("vp2p.io/max-level", "SYS")]), &domain());
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(
+        cliques(&r.stdout),
+        hand(&[
+            ("0000:23:00.0", 0),
+            ("0000:24:00.0", 0),
+            ("0000:41:00.0", 0),
+            ("0000:83:00.0", 0)
+        ])
+    );
+    let r = hook(&vmi(&[("vp2p.io/guest-topology", "mirror")]), &domain());
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let out = r.stdout;
+    validate(&schema_form(&out)).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let v = DomainView::parse(&out);
+    // boot.sh: gpu0/1 below sw0 on node 0, gpu3 on pxb1's root port, gpu4 below sw1 on node 1.
+    assert_eq!(v.chain("0000:23:00.0").1, Some(0));
+    assert_eq!(
+        v.chain("0000:41:00.0").0,
+        vec!["pcie-root-port", "pcie-expander-bus"]
+    );
+    assert_eq!(v.chain("0000:83:00.0").1, Some(1));
+    assert_eq!(v.chain("0000:24:00.0").0.len(), 4);
+    // The NCCL file travels inline (no file in the compute container needed).
+    let (file, text) = &v.fw_cfg["opt/vp2p/nccl-topo.xml"];
+    assert!(
+        file.is_none() && text.starts_with("<system version=\"1\">"),
+        "{text}"
+    );
+    let again = hook(&vmi(&[("vp2p.io/guest-topology", "mirror")]), &out);
+    assert_eq!(again.stdout, out);
+    let off = hook(
+        &vmi(&[
+            ("vp2p.io/guest-topology", "mirror"),
+            ("vp2p.io/nccl-topo", "off"),
+        ]),
+        &domain(),
+    );
+    assert!(!off.stdout.contains("fwcfg"));
+}
+
+#[test]
+fn an_error_passes_the_domain_unchanged_unless_the_vmi_asks_to_fail() {
+    let no_numa: String = domain()
+        .lines()
+        .filter(|l| !l.contains("<numa>") && !l.contains("</numa>") && !l.contains("<cell "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let r = hook(&vmi(&[("vp2p.io/guest-topology", "mirror")]), &no_numa);
+    assert_eq!(r.code, Some(0));
+    assert_eq!(r.stdout, no_numa);
+    assert!(
+        r.stderr.contains("guest NUMA cell 0") && r.stderr.contains("passes unchanged"),
+        "{}",
+        r.stderr
+    );
+
+    let r = hook(
+        &vmi(&[
+            ("vp2p.io/guest-topology", "mirror"),
+            ("vp2p.io/on-error", "fail"),
+        ]),
+        &no_numa,
+    );
+    assert_eq!(r.code, Some(1));
+    assert!(r.stdout.is_empty());
+    assert!(
+        r.stderr.contains("vp2p.io/on-error is fail") && r.stderr.contains("guest NUMA cell 0"),
+        "{}",
+        r.stderr
+    );
+
+    let r = hook(&vmi(&[("vp2p.io/max-level", "rack")]), &domain());
+    assert_eq!((r.code, r.stdout.as_str()), (Some(0), domain().as_str()));
+    assert!(
+        r.stderr.contains(
+            "annotation vp2p.io/max-level: 'rack' is not one of pix | pxb | phb | node | sys"
+        ),
+        "{}",
+        r.stderr
+    );
+    let r = hook(&vmi(&[("vp2p.io/maxlevel", "pix")]), &domain());
+    assert!(
+        r.stderr
+            .contains("annotation vp2p.io/maxlevel is not one vp2p reads"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stdout, domain());
+    let r = hook("{not json", &domain());
+    assert_eq!((r.code, r.stdout.as_str()), (Some(0), domain().as_str()));
+    assert!(r.stderr.contains("--vmi is not JSON"));
+}
+
+#[test]
+fn a_vmi_without_gpus_on_this_node_passes_unchanged() {
+    let mut v: serde_json::Value = serde_json::from_str(&vmi(&[])).unwrap();
+    v["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("vp2p.io/gpu-class");
+    let r = hook(&v.to_string(), &domain());
+    assert_eq!((r.code, r.stdout.as_str()), (Some(0), domain().as_str()));
+    assert!(
+        r.stderr.contains("no GPU among the domain's PCI hostdevs"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn the_container_layout_names_the_wrapper_where_the_shim_looks() {
+    // The shim looks `onDefineDomain` up on PATH; the image puts it in /usr/bin.
+    let cf = std::fs::read_to_string(repo_root().join("host/kubevirt/Containerfile")).unwrap();
+    assert!(cf.contains("COPY onDefineDomain /usr/bin/onDefineDomain"));
+    assert!(cf.contains("FROM ${SHIM}") && cf.contains("quay.io/kubevirt/sidecar-shim:"));
+    let wrapper = repo_root().join("host/kubevirt/onDefineDomain");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&wrapper).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o111, 0o111, "executable");
+}
