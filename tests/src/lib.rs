@@ -105,3 +105,20 @@ pub fn plan_stdout(sysfs_root: &Path, args: &[&str]) -> String {
     );
     r.stdout
 }
+
+/// boot.sh's cliques at PHB for the six switch- and root-port GPUs of the
+/// two-socket trees (the three below host bridge pci0000:20 share one, the
+/// one on pci0000:40 has its own, the node-1 pair one more), by host address.
+pub fn two_socket_cliques() -> Vec<(String, u8)> {
+    [
+        ("0000:23:00.0", 0),
+        ("0000:24:00.0", 0),
+        ("0000:26:00.0", 0),
+        ("0000:41:00.0", 1),
+        ("0000:83:00.0", 2),
+        ("0000:84:00.0", 2),
+    ]
+    .into_iter()
+    .map(|(b, c)| (b.to_string(), c))
+    .collect()
+}

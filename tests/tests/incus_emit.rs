@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use p2p_tests::{fixture_dir, plan_stdout, run};
+use p2p_tests::{fixture_dir, plan_stdout, run, two_socket_cliques};
 
 const TREE: &str = "qemu-11.1-two-socket-iommu-on";
 const GPUS: &str = "0000:23:00.0,0000:24:00.0,0000:26:00.0,0000:41:00.0,0000:83:00.0,0000:84:00.0";
@@ -33,16 +33,9 @@ fn commands_add_each_gpu_with_the_hand_derived_clique() {
         .lines()
         .filter(|l| l.starts_with("incus config device add"))
         .collect();
-    let want = [
-        ("0000:23:00.0", 0),
-        ("0000:24:00.0", 0),
-        ("0000:26:00.0", 0),
-        ("0000:41:00.0", 1),
-        ("0000:83:00.0", 2),
-        ("0000:84:00.0", 2),
-    ];
+    let want = two_socket_cliques();
     assert_eq!(adds.len(), want.len(), "{out}");
-    for (i, (line, (bdf, clique))) in adds.iter().zip(want).enumerate() {
+    for (i, (line, (bdf, clique))) in adds.iter().zip(&want).enumerate() {
         assert_eq!(
             *line,
             format!("incus config device add train-01 vp2p-gpu{i} gpu gputype=physical pci={bdf} nvidia.clique={clique}")

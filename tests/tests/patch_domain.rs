@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use p2p_tests::libvirt::{validate, DomainView};
-use p2p_tests::{binary, fixture_dir, repo_root, run, Run};
+use p2p_tests::{binary, fixture_dir, plan_stdout, repo_root, run, two_socket_cliques, Run};
 
 const TREE: &str = "qemu-11.1-two-socket-iommu-on";
 
@@ -47,18 +47,6 @@ fn patch_text(xml: &str, extra: &[&str]) -> Run {
 fn ok(r: Run) -> String {
     assert_eq!(r.code, Some(0), "stderr:\n{}", r.stderr);
     r.stdout
-}
-
-/// boot.sh's cliques at PHB, by host address.
-fn hand_cliques() -> Vec<(&'static str, u8)> {
-    vec![
-        ("0000:23:00.0", 0),
-        ("0000:24:00.0", 0),
-        ("0000:26:00.0", 0),
-        ("0000:41:00.0", 1),
-        ("0000:83:00.0", 2),
-        ("0000:84:00.0", 2),
-    ]
 }
 
 fn original() -> String {
@@ -96,12 +84,8 @@ fn virt_manager_domain_gets_aliases_and_the_hand_derived_cliques() {
     let out = ok(patch(domain_file().to_str().unwrap(), &[]));
     validate(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
     let v = DomainView::parse(&out);
-    let want: Vec<(String, u8)> = hand_cliques()
-        .into_iter()
-        .map(|(b, c)| (b.into(), c))
-        .collect();
     let got: Vec<(String, u8)> = v.cliques().into_iter().collect();
-    assert_eq!(got, want);
+    assert_eq!(got, two_socket_cliques());
     for (host, (alias, bus)) in &v.hostdevs {
         assert!(alias.starts_with("ua-"), "{host}: {alias}");
         assert!(
@@ -158,11 +142,10 @@ fn mirror_places_each_gpu_below_boot_sh_ports_and_inlines_the_nccl_file() {
     ));
     validate(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
     let v = DomainView::parse(&out);
-    let want: Vec<(String, u8)> = hand_cliques()
-        .into_iter()
-        .map(|(b, c)| (b.into(), c))
-        .collect();
-    assert_eq!(v.cliques().into_iter().collect::<Vec<_>>(), want);
+    assert_eq!(
+        v.cliques().into_iter().collect::<Vec<_>>(),
+        two_socket_cliques()
+    );
     let below_switch = vec![
         "pcie-switch-downstream-port".to_string(),
         "pcie-switch-upstream-port".into(),
@@ -194,27 +177,21 @@ fn mirror_places_each_gpu_below_boot_sh_ports_and_inlines_the_nccl_file() {
     // The new controllers are numbered after virt-manager's 14 root ports.
     assert_eq!(v.controllers.keys().filter(|i| **i >= 15).count(), 13);
     // The inline file is the one --emit nccl-topo writes for the same VM.
-    let gpus = hand_cliques()
-        .iter()
-        .map(|g| g.0)
-        .collect::<Vec<_>>()
-        .join(",");
-    let emitted = ok(run(
-        "p2p-host",
+    let gpus: Vec<String> = two_socket_cliques().into_iter().map(|g| g.0).collect();
+    let vm = format!("train-01={}", gpus.join(","));
+    let emitted = plan_stdout(
+        &fixture_dir(TREE),
         &[
-            "plan",
-            "--sysfs-root",
-            fixture_dir(TREE).to_str().unwrap(),
             "--gpu-class",
             "0108",
             "--guest-topology",
             "mirror",
             "--vm",
-            &format!("train-01={gpus}"),
+            &vm,
             "--emit",
             "nccl-topo",
         ],
-    ));
+    );
     let (file, text) = &v.fw_cfg["opt/vp2p/nccl-topo.xml"];
     assert_eq!(file, &None);
     assert_eq!(text, &emitted);
