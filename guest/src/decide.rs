@@ -11,7 +11,10 @@ use p2p_shared::Bdf;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// Enable peer access: both GPUs name one clique, or NVLink joins them.
     Enable,
+    /// Keep peer access off: the two capabilities name different cliques and no
+    /// NVLink joins the GPUs.
     Disable,
     /// No capability and no NVLink: nothing tells the driver, nor us.
     Unknown,
@@ -20,7 +23,9 @@ pub enum Verdict {
 /// A disagreement or a missing fact, with a stable kind for machines.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Flag {
+    /// Which inconsistency, stable for scripts (snake_case in JSON).
     pub kind: FlagKind,
+    /// What was found, for people, naming the GPUs by address.
     pub message: String,
 }
 
@@ -52,15 +57,22 @@ pub enum FlagKind {
 /// The driver's answers for one ordered pair, as the probe recorded them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaPeer {
+    /// cuDeviceCanAccessPeer: the driver allows peer access this way.
     pub can_access: bool,
+    /// CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: the driver's relative
+    /// rating of the path between the two GPUs.
     pub performance_rank: i32,
+    /// CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED: atomics work
+    /// natively over the path.
     pub native_atomics: bool,
 }
 
 /// Facts about one unordered pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairFacts {
+    /// One GPU of the pair (the lower address, as the probe orders them).
     pub a: Bdf,
+    /// The other GPU of the pair.
     pub b: Bdf,
     /// NVLinks between them (NVML), if any.
     pub nvlinks: Option<u32>,
@@ -71,12 +83,20 @@ pub struct PairFacts {
 /// The decision for one pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeerDecision {
+    /// One GPU of the pair (the lower address, as the probe orders them).
     pub a: Bdf,
+    /// The other GPU of the pair.
     pub b: Bdf,
+    /// Whether to enable peer access between the two GPUs.
     pub verdict: Verdict,
+    /// Why, in words: `both in clique 0`, `NV18`, `cliques differ (0 vs 1)`.
     pub reasons: Vec<String>,
+    /// NVLinks between the pair (NVML); None when there are none or NVML is
+    /// unavailable.
     pub nvlinks: Option<u32>,
+    /// CUDA's answers a->b and b->a; None without CUDA or when it lacks either GPU.
     pub cuda: Option<[CudaPeer; 2]>,
+    /// Inconsistencies found for this pair; empty when every fact agrees.
     pub flags: Vec<Flag>,
 }
 

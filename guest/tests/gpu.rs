@@ -265,3 +265,120 @@ fn verify_machinery_on_one_gpu() {
         assert_eq!(c.checked_bytes, 3 << 20);
     }
 }
+
+/// Every copy mode, `max` included, on one GPU (`--pairs self`: each GPU
+/// with itself) through the one sampling loop: the warm-up and every sample
+/// checked byte for byte, the report naming the CUDA ordinal, and `max`
+/// splitting each copy over the copy-engine streams and both SM kernels so
+/// that its parts cover the copy. Runs on a one-GPU VM.
+#[test]
+#[ignore = "needs an NVIDIA GPU and its driver: run scripts/gpu.sh build here, then the test binary on a GPU VM"]
+fn every_copy_mode_on_one_gpu_through_one_sampling_loop() {
+    let (samples, sizes) = (3u64, [4096u64, 64 << 20]);
+    let v = run_json(&[
+        "bench",
+        "--pairs",
+        "self",
+        "--gpus",
+        "0",
+        "--modes",
+        "ce,sm-read,sm-write,staged,driver,max",
+        "--sizes",
+        "4K,64M",
+        "--directions",
+        "uni,bi",
+        "--samples",
+        "3",
+        "--warmup",
+        "2",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(
+        v["gpus"][0]["ordinal"], 0,
+        "the CUDA ordinal, not a position"
+    );
+    let results = v["results"].as_array().unwrap();
+    // Six modes, two sizes, one-way only (a GPU with itself has no `bi`).
+    assert_eq!(results.len(), 6 * sizes.len(), "{results:?}");
+    for m in results {
+        let bytes = m["bytes"].as_u64().unwrap();
+        assert_eq!(m["direction"], "uni");
+        assert_eq!((m["src"].as_u64(), m["dst"].as_u64()), (Some(0), Some(0)));
+        assert_eq!(m["verification"]["mismatches"], 0, "{m}");
+        assert_eq!(
+            m["verification"]["checked_bytes"].as_u64().unwrap(),
+            (samples + 1) * bytes,
+            "warm-up and every sample compared: {m}"
+        );
+        assert_eq!(
+            m["sample_seconds"].as_array().unwrap().len() as u64,
+            samples
+        );
+        let parts = m["parts"].as_array();
+        if m["mode"] == "max" {
+            let parts = parts.expect("max reports its parts");
+            let names: Vec<&str> = parts
+                .iter()
+                .map(|p| p["engine"].as_str().unwrap())
+                .collect();
+            assert_eq!(names[0], "ce0", "{names:?}");
+            assert!(names.ends_with(&["sm-write", "sm-read"]), "{names:?}");
+            let sum: u64 = parts.iter().map(|p| p["bytes"].as_u64().unwrap()).sum();
+            assert_eq!(sum, bytes, "the parts cover the copy once: {m}");
+            assert!(
+                parts
+                    .iter()
+                    .all(|p| p["alone_gbps"].as_f64().unwrap() > 0.0),
+                "{m}"
+            );
+            if bytes == 4096 {
+                // Smaller than one 64 KiB granule per part: one part takes it.
+                assert_eq!(parts.iter().filter(|p| p["bytes"] != 0).count(), 1, "{m}");
+            }
+        } else {
+            assert!(parts.is_none(), "{m}");
+        }
+    }
+}
+
+/// `max` across a real pair: one transfer split over the copy engines and SM
+/// kernels of both GPUs, verified like every mode; its figures beside each
+/// single method (not asserted: a benchmark, printed for the README).
+#[test]
+#[ignore = "needs >= 2 NVIDIA GPUs and their driver: run scripts/gpu.sh build here, then scripts/gpu.sh run on a GPU VM"]
+fn max_splits_one_transfer_over_every_engine_of_a_pair() {
+    let v = run_json(&[
+        "bench",
+        "--modes",
+        "ce,sm-read,sm-write,max",
+        "--sizes",
+        "256M",
+        "--directions",
+        "uni,bi",
+        "--samples",
+        "5",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    let results = v["results"].as_array().unwrap();
+    assert!(results.iter().any(|m| m["mode"] == "max"), "max ran");
+    for m in results {
+        assert!(m["verification"]["mismatches"] == 0, "{m}");
+        if m["mode"] == "max" {
+            let sum: u64 = m["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["bytes"].as_u64().unwrap())
+                .sum();
+            assert_eq!(sum, 256 << 20, "{m}");
+        }
+        println!(
+            "{} {} {}->{}: {:.1} GB/s {}",
+            m["mode"], m["direction"], m["src"], m["dst"], m["gbps"]["median"], m["parts"]
+        );
+    }
+}

@@ -19,8 +19,15 @@ use serde::Deserialize;
 /// Why an NVLink map could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum NvLinkError {
+    /// The operator's map (`--nvlink FILE`) cannot be read, is not JSON of the expected
+    /// shape, or names a link wrongly (not a GPU of the tree, to itself, twice, count 0).
     #[error("{path}: {why}")]
-    Map { path: PathBuf, why: String },
+    Map {
+        /// The map file.
+        path: PathBuf,
+        /// What is wrong, with the `links[i]` entry at fault when there is one.
+        why: String,
+    },
 }
 
 /// Where to look for NVLinks.
@@ -205,33 +212,71 @@ pub fn from_nvswitches(topo: &Topology, gpus: &[Bdf]) -> Option<Vec<NvLink>> {
 }
 
 /// Opens NVML from the driver's library (`libnvidia-ml.so.1`, then the dev name).
-fn open_nvml() -> Result<Nvml, String> {
+/// Why NVML gave no NVLink map (the topology then falls back to NVSwitches).
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlError {
+    /// libnvidia-ml could not be loaded or initialised.
+    #[error("cannot load libnvidia-ml: {0}")]
+    Load(nvml_wrapper::error::NvmlError),
+    /// A query about one device failed.
+    #[error("device {index}: {what}: {source}")]
+    Device {
+        /// NVML's device index.
+        index: u32,
+        /// The query.
+        what: &'static str,
+        /// NVML's error.
+        source: nvml_wrapper::error::NvmlError,
+    },
+    /// NVML's device count failed.
+    #[error("device count: {0}")]
+    Count(nvml_wrapper::error::NvmlError),
+    /// NVML's bus id is not a PCI address.
+    #[error("device {index}: bus id '{bus_id}' is not a PCI address")]
+    BusId {
+        /// NVML's device index.
+        index: u32,
+        /// What NVML said.
+        bus_id: String,
+    },
+}
+
+fn open_nvml() -> Result<Nvml, NvmlError> {
     let mut builder = Nvml::builder();
     builder.lib_path(OsStr::new("libnvidia-ml.so.1"));
     builder
         .init()
         .or_else(|_| Nvml::init())
-        .map_err(|e| format!("cannot load libnvidia-ml: {e}"))
+        .map_err(NvmlError::Load)
 }
 
 /// Active NVLinks from NVML: links to another GPU count for that pair; links
 /// to NVSwitches count for every pair NVML says can do NVLink P2P, as the
 /// smaller of the two GPUs' switch link counts (what `nvidia-smi topo -m` shows).
-pub fn from_nvml(gpus: &[Bdf]) -> Result<Vec<NvLink>, String> {
+pub fn from_nvml(gpus: &[Bdf]) -> Result<Vec<NvLink>, NvmlError> {
     let nvml = open_nvml()?;
-    let count = nvml
-        .device_count()
-        .map_err(|e| format!("device count: {e}"))?;
+    let count = nvml.device_count().map_err(NvmlError::Count)?;
     let mut devices = Vec::new();
-    for i in 0..count {
+    for index in 0..count {
         let dev = nvml
-            .device_by_index(i)
-            .map_err(|e| format!("device {i}: {e}"))?;
+            .device_by_index(index)
+            .map_err(|source| NvmlError::Device {
+                index,
+                what: "handle",
+                source,
+            })?;
         let bus_id = dev
             .pci_info()
-            .map_err(|e| format!("device {i} PCI info: {e}"))?
+            .map_err(|source| NvmlError::Device {
+                index,
+                what: "PCI info",
+                source,
+            })?
             .bus_id;
-        let bdf: Bdf = bus_id.parse().map_err(|e| format!("device {i}: {e}"))?;
+        let bdf: Bdf = bus_id.parse().map_err(|_| NvmlError::BusId {
+            index,
+            bus_id: bus_id.clone(),
+        })?;
         devices.push((bdf, dev));
     }
     let known: Vec<Bdf> = devices.iter().map(|(b, _)| *b).collect();

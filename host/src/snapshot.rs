@@ -39,8 +39,16 @@ const NAMED_CHILDREN: &[&str] = &["net", "infiniband"];
 /// Why a snapshot failed; every variant names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// Reading the tree or writing the copy failed, or a device link resolves outside
+    /// the tree.
     #[error("{path}: {why}")]
-    Io { path: PathBuf, why: String },
+    Io {
+        /// The file, link or directory involved.
+        path: PathBuf,
+        /// The I/O error, or where the link resolves.
+        why: String,
+    },
+    /// `<out>/sysfs` already exists and is not empty; nothing was written.
     #[error("{0}: already holds a snapshot; choose an empty directory")]
     NotEmpty(PathBuf),
 }
@@ -50,10 +58,13 @@ pub enum SnapshotError {
 pub struct SnapshotSummary {
     /// `vp2p.snapshot/1`.
     pub schema: String,
+    /// PCI functions copied: one per `bus/pci/devices` link.
     pub functions: usize,
+    /// Attribute files, symbolic links and NUMA node `cpulist` files written.
     pub files: usize,
     /// Functions whose config read returned fewer than 256 bytes (not root).
     pub truncated_configs: Vec<String>,
+    /// The copy's root, `<out>/sysfs`: what `--sysfs-root` takes to analyse it.
     pub out: PathBuf,
 }
 

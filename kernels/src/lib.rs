@@ -1,307 +1,90 @@
 //! CUDA C sources for vp2p's benchmarks, compiled at run time with NVRTC for
 //! the device's compute capability, so the binaries build without CUDA.
 //!
-//! - `copy_read` / `copy_write`: vectorised copies run by the SM, one GPU's
-//!   kernel reading from or writing to a peer's memory;
-//! - `spin`: holds a stream until the host releases it, so queued work starts
-//!   together and launch cost stays out of the timed region;
-//! - `pingpong`: two kernels on two GPUs bounce a flag for one-way latency;
-//! - `fill` / `verify`: the pattern every transfer is checked against.
+//! One module per kernel, holding its source (`*.cu` beside it), its entry
+//! point and, with the `launch` feature, its typed launch: an `unsafe fn`
+//! whose `# Safety` section says what the device pointers must be.
+//!
+//! - [`copy`]: vectorised copies run by the SM, one GPU's kernel reading
+//!   from or writing to a peer's memory;
+//! - [`spin`]: holds a stream until the host releases it, so queued work
+//!   starts together and launch cost stays out of the timed region;
+//! - [`pingpong`]: two kernels on two GPUs bounce a flag for one-way latency;
+//! - [`fill`] / [`verify`]: the pattern every transfer is checked against;
+//! - [`reduce_check`]: checks an NCCL all-reduce's sums.
 
-/// Entry points, as named in [`SOURCE`].
-pub mod entry {
-    pub const COPY: &str = "vp2p_copy";
-    pub const SPIN: &str = "vp2p_spin";
-    pub const PINGPONG: &str = "vp2p_pingpong";
-    pub const FILL: &str = "vp2p_fill";
-    pub const VERIFY: &str = "vp2p_verify";
-    pub const REDUCE_CHECK: &str = "vp2p_reduce_check";
+#![warn(missing_docs)]
 
-    /// Every entry point, for loading the module.
-    pub const ALL: [&str; 6] = [COPY, SPIN, PINGPONG, FILL, VERIFY, REDUCE_CHECK];
+pub mod copy;
+pub mod fill;
+pub mod pingpong;
+pub mod reduce_check;
+pub mod spin;
+pub mod verify;
 
-    /// The SM copy kernel variants (`COPY` first, the default), for tuning.
-    pub const COPY_VARIANTS: [&str; 8] = [
-        "vp2p_copy",
-        "vp2p_copy_u2",
-        "vp2p_copy_u8",
-        "vp2p_copy_cs4",
-        "vp2p_copy_chunk4",
-        "vp2p_copy_chunk8",
-        "vp2p_copy_plain4",
-        "vp2p_copy_tma",
-    ];
-}
-
-/// Threads per block the host launches the copy, fill and verify kernels with.
+/// Threads per block the host launches the fill, verify and reduce-check
+/// kernels with.
 pub const BLOCK_THREADS: u32 = 512;
 
-/// The CUDA C source of all kernels (one NVRTC program).
-pub const SOURCE: &str = r#"
-typedef unsigned char u8;
-typedef unsigned int u32;
-typedef unsigned long long u64;
+/// The CUDA C source of all kernels: one NVRTC program, helpers first.
+pub const SOURCE: &str = concat!(
+    include_str!("common.cu"),
+    "\n",
+    include_str!("copy.cu"),
+    "\n",
+    include_str!("spin.cu"),
+    "\n",
+    include_str!("pingpong.cu"),
+    "\n",
+    include_str!("fill.cu"),
+    "\n",
+    include_str!("verify.cu"),
+    "\n",
+    include_str!("reduce_check.cu"),
+);
 
-__device__ __forceinline__ u8 pattern(u32 seed, u64 i) {
-    u32 x = (u32)i * 2654435761u + seed + (u32)(i >> 32);
-    return (u8)(x ^ (x >> 13) ^ (x >> 24));
+/// Every entry point of [`SOURCE`], for loading the module.
+pub fn entries() -> impl Iterator<Item = &'static str> {
+    copy::VARIANTS.into_iter().chain([
+        spin::ENTRY,
+        pingpong::ENTRY,
+        fill::ENTRY,
+        verify::ENTRY,
+        reduce_check::ENTRY,
+    ])
 }
 
-// Timeouts count SM cycles with signed arithmetic: %globaltimer can step
-// backwards in a VM, and an unsigned difference would then wrap and fire at once.
-__device__ __forceinline__ bool expired(long long start, long long cycles) {
-    return clock64() - start > cycles;
-}
-
-// Copy kernels, run by the SM. Either pointer may be a peer's memory:
-// launched on the reading GPU it is a peer read, on the writing GPU a peer
-// write. Both pointers are 16-byte aligned (cuMemAlloc gives 256), so the
-// body moves uint4 vectors and the tail moves bytes. Variants differ in how
-// many vectors each thread has in flight (U) and in how work is spread:
-// grid-stride (each warp touches 512 B, the grid a wide window) or block
-// chunks (each block streams a contiguous U * blockDim * 16 bytes at a time);
-// "cs" variants use streaming (evict-first) loads and stores.
-
-template <int U>
-__device__ __forceinline__ void copy_grid_stride(const uint4* __restrict__ s4, uint4* __restrict__ d4, u64 vecs) {
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + (U - 1) * stride < vecs; i += U * stride) {
-        uint4 v[U];
-#pragma unroll
-        for (int k = 0; k < U; ++k) v[k] = s4[i + k * stride];
-#pragma unroll
-        for (int k = 0; k < U; ++k) d4[i + k * stride] = v[k];
-    }
-    for (; i < vecs; i += stride) d4[i] = s4[i];
-}
-
-template <int U>
-__device__ __forceinline__ void copy_grid_stride_cs(const uint4* __restrict__ s4, uint4* __restrict__ d4, u64 vecs) {
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + (U - 1) * stride < vecs; i += U * stride) {
-        uint4 v[U];
-#pragma unroll
-        for (int k = 0; k < U; ++k) v[k] = __ldcs(s4 + i + k * stride);
-#pragma unroll
-        for (int k = 0; k < U; ++k) __stcs(d4 + i + k * stride, v[k]);
-    }
-    for (; i < vecs; i += stride) __stcs(d4 + i, __ldcs(s4 + i));
-}
-
-// Like copy_grid_stride<4>, without __restrict__: coherent ld.global
-// instead of the read-only (non-coherent) path the compiler picks otherwise.
-__device__ __forceinline__ void copy_grid_stride_plain4(const uint4* s4, uint4* d4, u64 vecs) {
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < vecs; i += 4 * stride) {
-        uint4 v0 = s4[i], v1 = s4[i + stride], v2 = s4[i + 2 * stride], v3 = s4[i + 3 * stride];
-        d4[i] = v0;
-        d4[i + stride] = v1;
-        d4[i + 2 * stride] = v2;
-        d4[i + 3 * stride] = v3;
-    }
-    for (; i < vecs; i += stride) d4[i] = s4[i];
-}
-
-template <int U>
-__device__ __forceinline__ void copy_block_chunks(const uint4* __restrict__ s4, uint4* __restrict__ d4, u64 vecs) {
-    const u64 chunk = (u64)blockDim.x * U;
-    for (u64 base = (u64)blockIdx.x * chunk; base < vecs; base += (u64)gridDim.x * chunk) {
-        uint4 v[U];
-#pragma unroll
-        for (int k = 0; k < U; ++k) {
-            const u64 i = base + (u64)k * blockDim.x + threadIdx.x;
-            if (i < vecs) v[k] = s4[i];
-        }
-#pragma unroll
-        for (int k = 0; k < U; ++k) {
-            const u64 i = base + (u64)k * blockDim.x + threadIdx.x;
-            if (i < vecs) d4[i] = v[k];
-        }
+/// A one-dimensional launch shape.
+#[cfg(feature = "launch")]
+fn shape(grid: u32, block: u32) -> cudarc::driver::LaunchConfig {
+    cudarc::driver::LaunchConfig {
+        grid_dim: (grid.max(1), 1, 1),
+        block_dim: (block.max(1), 1, 1),
+        shared_mem_bytes: 0,
     }
 }
-
-__device__ __forceinline__ void copy_tail(const u8* __restrict__ src, u8* __restrict__ dst, u64 bytes) {
-    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 j = (bytes / 16) * 16 + tid; j < bytes; j += stride) dst[j] = src[j];
-}
-
-#define VP2P_COPY(name, body)                                                                 \
-    extern "C" __global__ void name(const u8* __restrict__ src, u8* __restrict__ dst, u64 bytes) { \
-        body((const uint4*)src, (uint4*)dst, bytes / 16);                                     \
-        copy_tail(src, dst, bytes);                                                           \
-    }
-
-VP2P_COPY(vp2p_copy, copy_grid_stride<4>)
-VP2P_COPY(vp2p_copy_u2, copy_grid_stride<2>)
-VP2P_COPY(vp2p_copy_u8, copy_grid_stride<8>)
-VP2P_COPY(vp2p_copy_cs4, copy_grid_stride_cs<4>)
-VP2P_COPY(vp2p_copy_chunk4, copy_block_chunks<4>)
-VP2P_COPY(vp2p_copy_chunk8, copy_block_chunks<8>)
-VP2P_COPY(vp2p_copy_plain4, copy_grid_stride_plain4)
-
-// Bulk copies through the Tensor Memory Accelerator (sm_90+): one thread per
-// block moves TMA_CHUNK-byte pieces global -> shared (completing on an
-// mbarrier) -> global, double-buffered, so the fabric sees large requests as
-// from a copy engine. The other threads copy the tail that is not a whole
-// chunk. Below sm_90 it is the vector copy.
-#define TMA_CHUNK 16384u
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
-
-extern "C" __global__ void vp2p_copy_tma(const u8* __restrict__ src, u8* __restrict__ dst, u64 bytes) {
-#if __CUDA_ARCH__ >= 900
-    __shared__ __align__(128) u8 stage[2][TMA_CHUNK];
-    __shared__ __align__(8) u64 bar[2];
-    const u64 chunks = bytes / TMA_CHUNK;
-    // Tail: every thread of every block, 16 bytes at a time then bytes.
-    {
-        const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-        const u64 stride = (u64)gridDim.x * blockDim.x;
-        const u64 from = chunks * TMA_CHUNK;
-        const u64 vec_end = from + ((bytes - from) / 16) * 16;
-        for (u64 j = from + tid * 16; j < vec_end; j += stride * 16) {
-            *(uint4*)(dst + j) = *(const uint4*)(src + j);
-        }
-        for (u64 j = vec_end + tid; j < bytes; j += stride) dst[j] = src[j];
-    }
-    if (threadIdx.x != 0) return;
-    for (int b = 0; b < 2; ++b) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(&bar[b])));
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    u32 phase[2] = {0, 0};
-    u32 k = 0;
-    for (u64 c = blockIdx.x; c < chunks; c += gridDim.x, ++k) {
-        const int b = k & 1;
-        // The store that last read this buffer must be done reading it.
-        asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-        u64 state;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;"
-                     : "=l"(state) : "r"(smem_addr(&bar[b])), "r"(TMA_CHUNK) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     :: "r"(smem_addr(stage[b])), "l"(src + c * TMA_CHUNK), "r"(TMA_CHUNK), "r"(smem_addr(&bar[b]))
-                     : "memory");
-        u32 done = 0;
-        while (!done) {
-            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                         : "=r"(done) : "r"(smem_addr(&bar[b])), "r"(phase[b]) : "memory");
-        }
-        phase[b] ^= 1;
-        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                     :: "l"(dst + c * TMA_CHUNK), "r"(smem_addr(stage[b])), "r"(TMA_CHUNK) : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    }
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#else
-    copy_grid_stride<4>((const uint4*)src, (uint4*)dst, bytes / 16);
-    copy_tail(src, dst, bytes);
-#endif
-}
-
-// Spins until *release becomes non-zero (the host writes it through mapped
-// pinned memory) or `timeout_cycles` pass; *timed_out records which.
-// *waited gets the cycles spent, for diagnosing a hold that did not work.
-extern "C" __global__ void vp2p_spin(volatile u32* release, long long timeout_cycles, u32* timed_out,
-                                     long long* waited) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    const long long start = clock64();
-    while (*release == 0) {
-        if (expired(start, timeout_cycles)) {
-            *timed_out = 1;
-            break;
-        }
-    }
-    *waited = clock64() - start;
-}
-
-// One thread per GPU bounces a counter: the initiator writes i into the
-// peer's flag and waits for i in its own; the responder waits, then answers.
-// Flags live in each GPU's own memory and are written by the peer, so every
-// step is one peer write seen by a local poll. The host times the kernels
-// with events; result[0] = cycles spent, result[1] = rounds completed.
-extern "C" __global__ void vp2p_pingpong(volatile u32* mine, volatile u32* peers, u32 rounds,
-                                         int initiator, long long timeout_cycles, u64* result) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    const long long start = clock64();
-    u32 done = 0;
-    for (u32 i = 1; i <= rounds; ++i) {
-        if (initiator) {
-            *peers = i;
-            __threadfence_system();
-        }
-        while (*mine != i) {
-            if (expired(start, timeout_cycles)) {
-                result[0] = clock64() - start;
-                result[1] = done;
-                return;
-            }
-        }
-        if (!initiator) {
-            *peers = i;
-            __threadfence_system();
-        }
-        done = i;
-    }
-    result[0] = clock64() - start;
-    result[1] = done;
-}
-
-extern "C" __global__ void vp2p_fill(u8* dst, u64 bytes, u32 seed) {
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) {
-        dst[i] = pattern(seed, i);
-    }
-}
-
-// Counts bytes that differ from the pattern; also records the first bad index.
-extern "C" __global__ void vp2p_verify(const u8* data, u64 bytes, u32 seed, u64* mismatches, u64* first_bad) {
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    u64 bad = 0;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) {
-        if (data[i] != pattern(seed, i)) {
-            if (bad == 0) atomicMin(first_bad, i);
-            ++bad;
-        }
-    }
-    if (bad) atomicAdd(mismatches, bad);
-}
-
-// Checks an all-reduce (sum) of float buffers where rank r held r + 1 + (i % 7):
-// every element must equal sum_r (r + 1) + ranks * (i % 7).
-extern "C" __global__ void vp2p_reduce_check(const float* data, u64 count, u32 ranks, u64* mismatches) {
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const float base = 0.5f * ranks * (ranks + 1);
-    u64 bad = 0;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
-        const float want = base + (float)ranks * (float)(i % 7);
-        if (data[i] != want) ++bad;
-    }
-    if (bad) atomicAdd(mismatches, bad);
-}
-"#;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn every_entry_point_is_in_the_source() {
-        for name in entry::ALL.iter().filter(|n| !n.starts_with("vp2p_copy")) {
-            assert!(
-                SOURCE.contains(&format!("__global__ void {name}(")),
-                "{name} missing"
-            );
+    fn every_entry_point_is_defined_once_in_the_source() {
+        for name in entries() {
+            let direct = SOURCE.matches(&format!("__global__ void {name}(")).count();
+            let by_macro = SOURCE.matches(&format!("VP2P_COPY({name}, ")).count();
+            assert_eq!(direct + by_macro, 1, "{name}");
         }
-        for name in entry::COPY_VARIANTS {
-            let defined = SOURCE.contains(&format!("VP2P_COPY({name}, "))
-                || SOURCE.contains(&format!("__global__ void {name}("));
-            assert!(defined, "{name} missing");
-        }
+        assert_eq!(entries().count(), copy::VARIANTS.len() + 5);
+    }
+
+    #[test]
+    fn each_module_carries_its_own_kernels() {
+        assert!(fill::SOURCE.contains("__global__ void vp2p_fill("));
+        assert!(verify::SOURCE.contains("__global__ void vp2p_verify("));
+        assert!(spin::SOURCE.contains("__global__ void vp2p_spin("));
+        assert!(pingpong::SOURCE.contains("__global__ void vp2p_pingpong("));
+        assert!(reduce_check::SOURCE.contains("__global__ void vp2p_reduce_check("));
+        assert!(copy::SOURCE.contains("VP2P_COPY(vp2p_copy_cs4, "));
     }
 }

@@ -11,9 +11,13 @@ use serde::{Deserialize, Serialize};
 /// `nvidia-smi` list functions in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Bdf {
+    /// PCI segment (domain) number, 0 on most single-segment hosts (`0000` in `0000:07:00.0`).
     pub domain: u32,
+    /// PCI bus number of the function (0x00-0xff).
     pub bus: u8,
+    /// Device (slot) number on the bus, 0-31.
     pub device: u8,
+    /// Function number within the device, 0-7.
     pub function: u8,
 }
 
@@ -21,7 +25,9 @@ pub struct Bdf {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("'{input}' is not a PCI address (want DDDD:BB:DD.F or BB:DD.F): {why}")]
 pub struct BdfParseError {
+    /// The string that was given, as typed.
     pub input: String,
+    /// Which part of the address is malformed, in words.
     pub why: &'static str,
 }
 

@@ -55,6 +55,7 @@ impl Clique {
         }
     }
 
+    /// The clique id as the 4-bit number written to bits 6:3 of byte +6.
     pub fn id(self) -> u8 {
         self.0
     }
@@ -82,22 +83,31 @@ impl fmt::Display for Clique {
 /// Why bytes are not a valid P2P clique capability.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CapabilityError {
+    /// A clique id above 15 was asked for; the field has four bits.
     #[error("clique {0} out of range: the capability holds 0..=15")]
     CliqueOutOfRange(u8),
+    /// Fewer than 8 bytes were given to decode; holds the length given.
     #[error("need 8 bytes for the P2P capability, have {0}")]
     Truncated(usize),
+    /// Byte +0 is not the vendor-specific capability id 0x09; holds the id found.
     #[error("capability id {0:#04x} is not vendor-specific (0x09)")]
     NotVendorSpecific(u8),
+    /// The length byte +2 is not 8 (P2P) or is below 8 (BTS); holds the length found.
     #[error("vendor-specific capability of length {0}, the P2P capability has length 8")]
     BadLength(u8),
+    /// Bytes +3..+6 are not "P2P"; holds the bytes found.
     #[error("signature {0:02x?} is not 'P2P' (50 32 50)")]
     BadSignature([u8; 3]),
+    /// Bits 2:0 of byte +6 are not version 0, which the driver rejects.
     #[error("version {0} is not 0: the NVIDIA driver rejects it")]
     UnsupportedVersion(u8),
+    /// Reserved byte +7 is not zero.
     #[error("reserved byte +7 is {0:#04x}, must be 0")]
     ReservedNonZero(u8),
+    /// Bit 7 of byte +6, outside the clique field, is set; holds byte +6.
     #[error("reserved bit 7 of byte +6 is set ({0:#04x}): not a capability vp2p or a VMM writes")]
     ReservedBitSet(u8),
+    /// Decoding as BTS, but bytes +3..+6 are not "BTS"; holds the bytes found.
     #[error("signature {0:02x?} is not 'BTS' (42 54 53)")]
     NotBts([u8; 3]),
 }
@@ -105,11 +115,14 @@ pub enum CapabilityError {
 /// A decoded P2P clique capability and the next pointer it carried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct P2pCapability {
+    /// Clique id carried in bits 6:3 of byte +6.
     pub clique: Clique,
+    /// Next-capability pointer (byte +1): config offset of the next capability, 0 at the end.
     pub next: u8,
 }
 
 impl P2pCapability {
+    /// Builds a capability for `clique` whose next pointer is `next`.
     pub fn new(clique: Clique, next: u8) -> Self {
         Self { clique, next }
     }
@@ -196,6 +209,7 @@ pub struct BtsCapability {
     pub egress_poison: bool,
     /// The upper 16 bits as found (+6, +7 little-endian).
     pub upper: u16,
+    /// Next-capability pointer (byte +1), 0 at the end of the list.
     pub next: u8,
 }
 

@@ -19,8 +19,11 @@ pub const CHECK_SCHEMA: &str = "vp2p.check/1";
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// The condition holds; nothing to do.
     Pass,
+    /// P2P may work, or could not be confirmed (for example facts a captured tree lacks).
     Warn,
+    /// The condition fails: P2P will not work until the fix is applied.
     Fail,
 }
 
@@ -31,6 +34,7 @@ pub struct CheckItem {
     pub scope: String,
     /// Short name of the condition (`iommu`, `vfio-binding`, `acs-route`, ...).
     pub check: String,
+    /// PASS, WARN or FAIL for this condition.
     pub verdict: Verdict,
     /// What was read and found.
     pub evidence: String,
@@ -42,7 +46,9 @@ pub struct CheckItem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Vmm {
+    /// QEMU with VFIO, which maps every assigned device's BARs for peers.
     Qemu,
+    /// Cloud Hypervisor, which maps peer BARs only with `vfio_p2p_dma`.
     CloudHypervisor,
 }
 
@@ -51,16 +57,22 @@ pub enum Vmm {
 pub struct KvmFacts {
     /// Why it could not be opened, when it could not.
     pub unavailable: Option<String>,
+    /// Whether KVM offers `KVM_CAP_IRQFD`, which VFIO passthrough needs.
     pub irqfd: bool,
+    /// Whether KVM offers `KVM_CAP_IOEVENTFD`, which VFIO passthrough needs.
     pub ioeventfd: bool,
 }
 
 /// A memory BAR of a device, from sysfs `resource`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BarFacts {
+    /// BAR number, 0-5.
     pub index: u8,
+    /// Size of the BAR in bytes.
     pub size: u64,
+    /// A 64-bit BAR, which the VM can map above 4 GiB.
     pub is_64bit: bool,
+    /// A prefetchable BAR; peers need the large BAR 64-bit prefetchable.
     pub prefetchable: bool,
 }
 
@@ -73,6 +85,7 @@ pub struct HostFacts {
     pub kernel_release: Option<String>,
     /// Whether `/dev/iommu` (iommufd) exists.
     pub iommufd: Option<bool>,
+    /// What `/dev/kvm` offers; None when not checked (a captured tree, not the live host).
     pub kvm: Option<KvmFacts>,
     /// Default domain type of each IOMMU group used (`kernel/iommu_groups/N/type`).
     pub group_types: Vec<(u32, String)>,
@@ -83,8 +96,11 @@ pub struct HostFacts {
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckReport {
+    /// Schema tag, [`CHECK_SCHEMA`].
     pub schema: String,
+    /// The VMM the conditions were checked for.
     pub vmm: Vmm,
+    /// Every checked condition: host-wide first, then per device, then per pair.
     pub items: Vec<CheckItem>,
     /// The worst verdict.
     pub overall: Verdict,
@@ -317,7 +333,7 @@ fn device_items(topo: &Topology, facts: &HostFacts, dev: Bdf, out: &mut Vec<Chec
                         format!(
                             "BAR{} {}{}{}",
                             b.index,
-                            crate::report::size_label(b.size),
+                            crate::ByteSize(b.size),
                             if b.is_64bit { " 64-bit" } else { " 32-bit" },
                             if b.prefetchable { " prefetchable" } else { "" }
                         )

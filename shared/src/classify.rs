@@ -117,14 +117,30 @@ pub enum PeerRoute {
     SameFunction,
     /// Inside the bridge or switch at `at`, below the root complex: the IOMMU
     /// does not see it.
-    Switch { at: Bdf },
+    Switch {
+        /// The bridge where the paths from the pair meet (their nearest common upstream bridge).
+        at: Bdf,
+    },
     /// The pair meets at `at`, but ACS P2P Request Redirect on `redirected_by`
     /// sends requests up to the root complex (and its IOMMU).
-    AcsRedirect { at: Bdf, redirected_by: Vec<Bdf> },
+    AcsRedirect {
+        /// The bridge where the paths from the pair meet.
+        at: Bdf,
+        /// Ports just below `at` on the pair's path that have ACS P2P Request Redirect on.
+        redirected_by: Vec<Bdf>,
+    },
     /// The pair meets at `at`, but ACS could not be read on `unknown`.
-    AcsUnknown { at: Bdf, unknown: Vec<Bdf> },
+    AcsUnknown {
+        /// The bridge where the paths from the pair meet.
+        at: Bdf,
+        /// Ports just below `at` on the pair's path whose ACS is unknown or was not read.
+        unknown: Vec<Bdf>,
+    },
     /// Through the root complex of `host_bridge`.
-    RootComplex { host_bridge: String },
+    RootComplex {
+        /// sysfs name of the host bridge both functions sit below (`pci0000:00`).
+        host_bridge: String,
+    },
     /// Between two host bridges of one NUMA node.
     HostBridges,
     /// Across the interconnect between NUMA nodes (sockets).
@@ -148,8 +164,11 @@ impl PeerRoute {
 /// A bridge on a pair's path and what its ACS does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PathBridge {
+    /// Address of the bridge.
     pub bdf: Bdf,
+    /// Its PCIe port type (root, switch upstream or downstream); None when unknown.
     pub port_type: Option<PciePortType>,
+    /// Its ACS capability and controls, as far as they were read.
     pub acs: AcsState,
 }
 
@@ -163,7 +182,9 @@ pub struct NvLinkBond {
 /// Everything vp2p knows about the path between two functions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairPath {
+    /// First function of the pair.
     pub a: Bdf,
+    /// Second function of the pair.
     pub b: Bdf,
     /// What `nvidia-smi topo -m` prints: NVLink wins over PCIe.
     pub class: PathClass,
@@ -171,9 +192,11 @@ pub struct PairPath {
     pub pcie_class: PathClass,
     /// The NVLink bond joining the pair, if any.
     pub nvlink: Option<NvLinkBond>,
+    /// Where peer requests between the pair turn around.
     pub route: PeerRoute,
     /// Bridges from `a` up to where the path turns and down to `b`.
     pub bridges: Vec<PathBridge>,
+    /// IOMMU groups of `a` and `b`; None for a side outside any group.
     pub iommu_groups: [Option<u32>; 2],
     /// Peer requests reach the root complex and both sides sit in IOMMU groups,
     /// so the IOMMU translates them. None when ACS is unknown.
@@ -183,6 +206,7 @@ pub struct PairPath {
 /// Why a pair could not be classified.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClassifyError {
+    /// The address is not a function of the topology.
     #[error("{0} is not in the topology")]
     UnknownFunction(Bdf),
 }

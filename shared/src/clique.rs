@@ -16,12 +16,19 @@ use crate::topology::Topology;
 /// Why a plan could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// A GPU address given for the VM is not a function of the topology.
     #[error("{0} is not a PCI function of the topology")]
     UnknownGpu(Bdf),
+    /// The same GPU address was given twice for the VM.
     #[error("{0} is listed twice")]
     Duplicate(Bdf),
+    /// The GPUs would need more than 16 cliques at this level.
     #[error("the GPUs need {needed} cliques but the capability holds 16 (ids 0..15); raise --max-level or split the VM")]
-    TooManyCliques { needed: usize },
+    TooManyCliques {
+        /// Cliques the plan would need, more than the 16 ids the capability holds.
+        needed: usize,
+    },
+    /// The max level given is not a PCIe class (X or an NVLink class was given).
     #[error("max level must be a PCIe class (PIX, PXB, PHB, NODE, SYS), not {0}")]
     BadLevel(PathClass),
 }
@@ -35,6 +42,7 @@ impl MaxLevel {
     /// The design's default: same root complex ("same IOH").
     pub const DEFAULT: MaxLevel = MaxLevel(PathClass::Phb);
 
+    /// The level `level`, or an error unless it is a PCIe class (PIX..SYS).
     pub fn new(level: PathClass) -> Result<Self, PlanError> {
         match level.pcie_rank() {
             Some(_) => Ok(Self(level)),
@@ -42,6 +50,7 @@ impl MaxLevel {
         }
     }
 
+    /// The PCIe path class this level stands for.
     pub fn class(self) -> PathClass {
         self.0
     }
@@ -75,9 +84,13 @@ impl fmt::Display for MaxLevel {
 /// What the policy says about one GPU pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairVerdict {
+    /// First GPU of the pair.
     pub a: Bdf,
+    /// Second GPU of the pair.
     pub b: Bdf,
+    /// Path class as `nvidia-smi topo -m` prints it (NVLink wins over PCIe).
     pub class: PathClass,
+    /// The PCIe path class alone, which the level is compared with.
     pub pcie_class: PathClass,
     /// The policy allows P2P between them (NVLink, or PCIe within the level).
     pub allowed: bool,
@@ -90,15 +103,21 @@ pub struct PairVerdict {
 /// One GPU's clique and the reasons for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Assignment {
+    /// Address of the GPU.
     pub bdf: Bdf,
+    /// Clique id the GPU gets, written into its P2P capability.
     pub clique: Clique,
+    /// Why: which GPUs it shares the clique with, which it is kept apart from, and
+    /// whether its NVLink group had to be split.
     pub reasons: Vec<String>,
 }
 
 /// The clique plan for one VM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CliquePlan {
+    /// Name of the VM the plan is for, as the operator gave it.
     pub vm: String,
+    /// The farthest PCIe class at which GPUs were allowed to share a clique.
     pub max_level: MaxLevel,
     /// One entry per GPU, in the order given.
     pub assignments: Vec<Assignment>,
@@ -109,6 +128,7 @@ pub struct CliquePlan {
 }
 
 impl CliquePlan {
+    /// The clique assigned to GPU `bdf`; None when the GPU is not in the plan.
     pub fn clique_of(&self, bdf: Bdf) -> Option<Clique> {
         self.assignments
             .iter()

@@ -14,9 +14,11 @@ use crate::topology::Topology;
 /// One function of a group the VMs use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupMember {
+    /// Address of the function.
     pub bdf: Bdf,
     /// The VM it is given to, or None.
     pub vm: Option<String>,
+    /// A bridge (type-1 header); VFIO accepts it bound to its port driver.
     pub bridge: bool,
     /// Its driver now, as sysfs says.
     pub driver: Option<String>,
@@ -25,7 +27,9 @@ pub struct GroupMember {
 /// An IOMMU group some VM's device sits in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupUse {
+    /// IOMMU group number (`/sys/kernel/iommu_groups/N`).
     pub group: u32,
+    /// Every function of the group, in address order, whether a VM takes it or not.
     pub members: Vec<GroupMember>,
     /// Set when endpoints of the group belong to no VM: they must be bound to
     /// vfio-pci (or given to the VM) before the VM starts.
@@ -40,7 +44,9 @@ pub struct GroupUse {
     .members.iter().map(|(b, vm)| format!("{b} to {vm}")).collect::<Vec<_>>().join(", ")
 )]
 pub struct SplitGroup {
+    /// IOMMU group number that is split.
     pub group: u32,
+    /// The group's functions given to a VM, with the VM each goes to.
     pub members: Vec<(Bdf, String)>,
 }
 

@@ -19,7 +19,9 @@ pub const NVIDIA_VENDOR: u16 = 0x10de;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// A GPU, as the [`GpuSelector`] in use defines one.
     Gpu,
+    /// An NVIDIA NVSwitch (class 0x0680); without NVML, NVLink is inferred from them.
     NvSwitch,
     /// A network function with an RDMA device: a NIC row of `nvidia-smi topo -m`,
     /// a candidate for GPUDirect RDMA.
@@ -27,7 +29,9 @@ pub enum Role {
     /// A network function without an RDMA device (virtio-net, plain Ethernet):
     /// `nvidia-smi topo -m` does not list it and NCCL cannot use it for GPUDirect.
     EthernetOnly,
+    /// A PCI-to-PCI bridge: a root port or switch port.
     Bridge,
+    /// Any other function (storage, USB, management controllers, ...).
     Other,
 }
 
@@ -36,6 +40,7 @@ pub enum Role {
 /// (`"0x0108"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassPrefix {
+    /// The prefix's digits as a number (`0x0302` for "0302").
     pub value: u32,
     /// Number of significant hex digits (2, 4 or 6).
     pub digits: u8,
@@ -114,6 +119,7 @@ impl schemars::JsonSchema for ClassPrefix {
 }
 
 impl ClassPrefix {
+    /// True when the 24-bit class code `class` starts with this prefix.
     pub fn matches(&self, class: u32) -> bool {
         let shift = 24 - 4 * u32::from(self.digits);
         (class & 0x00ff_ffff) >> shift == self.value
@@ -128,12 +134,19 @@ pub enum GpuSelector {
     #[default]
     Nvidia,
     /// Any vendor, class matching the prefix (for emulated test topologies).
-    Class { prefix: ClassPrefix },
+    Class {
+        /// Class-code prefix a function must match (`--gpu-class`).
+        prefix: ClassPrefix,
+    },
     /// Exactly these functions.
-    List { bdfs: Vec<Bdf> },
+    List {
+        /// Addresses of the functions to treat as GPUs (`--gpus`).
+        bdfs: Vec<Bdf>,
+    },
 }
 
 impl GpuSelector {
+    /// True when the selector counts `f` as a GPU.
     pub fn is_gpu(&self, f: &PciFunction) -> bool {
         match self {
             GpuSelector::Nvidia => f.vendor == NVIDIA_VENDOR && f.base_class() == 0x03,

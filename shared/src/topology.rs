@@ -12,7 +12,9 @@ use crate::pci::{Acs, PciePortType};
 pub struct HostBridge {
     /// sysfs name, for example `pci0000:00`.
     pub name: String,
+    /// PCI domain (segment) of the root bus, the `DDDD` of `pciDDDD:BB`.
     pub domain: u32,
+    /// Number of the root bus below the bridge, the `BB` of `pciDDDD:BB`.
     pub bus: u8,
     /// NUMA node of the functions below it; None when the kernel says -1.
     pub numa_node: Option<u32>,
@@ -24,10 +26,12 @@ pub struct HostBridge {
 pub enum AcsState {
     /// The function has no ACS capability.
     Absent,
+    /// The ACS capability was read: what the port supports and has enabled.
     Present(Acs),
     /// ACS could not be read; `why` says what is missing (for example a 64-byte
     /// config read by a non-root user).
     Unknown {
+        /// What kept ACS from being read, with the config path.
         why: String,
     },
     /// Not read: an endpoint's extended config space is skipped, because ACS
@@ -39,19 +43,28 @@ pub enum AcsState {
 /// Link attributes as sysfs reports them (strings such as "32.0 GT/s PCIe").
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinkInfo {
+    /// `current_link_speed` as sysfs prints it; None when the attribute is absent.
     pub current_speed: Option<String>,
+    /// Negotiated lane count (`current_link_width`); None when absent or not a number.
     pub current_width: Option<u8>,
+    /// `max_link_speed`, the fastest rate both ends support; None when absent.
     pub max_speed: Option<String>,
+    /// Most lanes the link supports (`max_link_width`); None when absent or not a number.
     pub max_width: Option<u8>,
 }
 
 /// One PCI function and the facts vp2p needs of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PciFunction {
+    /// Address of the function.
     pub bdf: Bdf,
+    /// PCI vendor ID (0x10de for NVIDIA).
     pub vendor: u16,
+    /// PCI device ID, vendor-specific (tells GPU models apart).
     pub device: u16,
+    /// Subsystem vendor ID (the board maker); None when sysfs lacks the attribute.
     pub subsystem_vendor: Option<u16>,
+    /// Subsystem device ID (the board model); None when sysfs lacks the attribute.
     pub subsystem_device: Option<u16>,
     /// 24-bit class code.
     pub class: u32,
@@ -61,13 +74,20 @@ pub struct PciFunction {
     pub host_bridge: String,
     /// The bridge directly upstream, None when on the host bridge's bus.
     pub parent: Option<Bdf>,
+    /// PCIe device/port type from the Express capability; None for conventional
+    /// PCI or when the capability list could not be read.
     pub pcie_port_type: Option<PciePortType>,
+    /// Access Control Services of the function: present, absent, unread or unknown.
     pub acs: AcsState,
+    /// IOMMU group number; None when the IOMMU is off or the function has no group.
     pub iommu_group: Option<u32>,
+    /// NUMA node the kernel gives the function; None when it says -1 or has no attribute.
     pub numa_node: Option<u32>,
     /// `local_cpulist`, the CPUs nearest the function.
     pub cpu_affinity: Option<String>,
+    /// Name of the bound kernel driver (`nvidia`, `vfio-pci`, ...); None when unbound.
     pub driver: Option<String>,
+    /// PCIe link speed and width as sysfs reports them.
     pub link: LinkInfo,
     /// Bytes of config space read: 256 for endpoints, up to 4096 for bridges
     /// (whose extended space holds ACS), fewer when the kernel truncated the
@@ -83,10 +103,12 @@ pub struct PciFunction {
 }
 
 impl PciFunction {
+    /// Base class, the top byte of the class code (0x03 display, 0x06 bridge, ...).
     pub fn base_class(&self) -> u8 {
         (self.class >> 16) as u8
     }
 
+    /// Sub-class, the middle byte of the class code (0x02 for a 3D controller).
     pub fn sub_class(&self) -> u8 {
         (self.class >> 8) as u8
     }
@@ -112,7 +134,9 @@ pub enum NvLinkSource {
 /// `count` NVLinks join GPUs `a` and `b` (directly or through NVSwitches).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvLink {
+    /// One GPU of the pair.
     pub a: Bdf,
+    /// The other GPU of the pair.
     pub b: Bdf,
     /// Links in the bond; None when the source could not count them.
     pub count: Option<u32>,
@@ -121,18 +145,25 @@ pub struct NvLink {
 /// A NUMA node and its CPUs, from `devices/system/node` when the tree has it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NumaNode {
+    /// Node number, as in `devices/system/node/nodeN`.
     pub id: u32,
+    /// The node's CPUs in kernel cpulist form (`0-15,32-47`).
     pub cpulist: String,
 }
 
 /// The PCI topology of one machine.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Topology {
+    /// Every host bridge (root complex), sorted by domain and bus.
     pub host_bridges: Vec<HostBridge>,
     /// Every function, sorted by address.
     pub functions: Vec<PciFunction>,
+    /// NUMA nodes of the machine; empty when the tree has no `devices/system/node`.
     pub numa_nodes: Vec<NumaNode>,
+    /// NVLink bonds between GPUs; empty when no source found any.
     pub nvlinks: Vec<NvLink>,
+    /// Where `nvlinks` came from; None when no source (NVML, NVSwitches, an operator
+    /// map) was used.
     pub nvlink_source: Option<NvLinkSource>,
     /// Facts the scan could not establish, in words an operator can act on.
     pub notes: Vec<String>,
@@ -147,6 +178,7 @@ impl Topology {
             .map(|i| &self.functions[i])
     }
 
+    /// Looks a host bridge up by its sysfs name (`pci0000:00`).
     pub fn host_bridge(&self, name: &str) -> Option<&HostBridge> {
         self.host_bridges.iter().find(|h| h.name == name)
     }

@@ -11,14 +11,19 @@ use std::thread::JoinHandle;
 /// One request as received.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// HTTP method (`PUT`).
     pub method: String,
+    /// Request path (`/api/v1/vm.add-device`).
     pub path: String,
+    /// The Content-Type header, when sent.
     pub content_type: Option<String>,
+    /// The body, as many bytes as Content-Length said (lossy UTF-8).
     pub body: String,
 }
 
 /// The server: answers one scripted response per connection, then stops.
 pub struct FakeCloudHypervisor {
+    /// The Unix socket it listens on.
     pub socket: PathBuf,
     received: Arc<Mutex<Vec<Received>>>,
     handle: Option<JoinHandle<()>>,

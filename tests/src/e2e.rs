@@ -27,8 +27,12 @@ pub const MAX_BAR: &str = "256M";
 /// port it sits on, and the address the guest gives it.
 #[derive(Debug, Clone, Copy)]
 pub struct GpuSlot {
+    /// QEMU device id, also its vfio-user socket's name (`gpu0.sock`).
     pub name: &'static str,
+    /// QEMU id of the PCIe port it is plugged into (`sw0dn0`: switch 0
+    /// downstream port 0; `rp0b`: a root port).
     pub port: &'static str,
+    /// The address the guest gives it.
     pub bdf: &'static str,
 }
 
@@ -354,11 +358,14 @@ pub fn capability_chain(config: &[u8]) -> Vec<(u8, u8, u8)> {
 /// Individual checks of one test, counted and listed.
 #[derive(Debug, Default)]
 pub struct Checks {
+    /// Names of the checks that passed.
     pub passed: Vec<String>,
+    /// `name: detail` of each check that failed.
     pub failed: Vec<String>,
 }
 
 impl Checks {
+    /// Records check `name`; `detail` explains a failure and runs only then.
     pub fn check(&mut self, name: impl Into<String>, ok: bool, detail: impl FnOnce() -> String) {
         let name = name.into();
         if ok {
@@ -368,6 +375,7 @@ impl Checks {
         }
     }
 
+    /// Records whether `got == want`, showing both when not.
     pub fn eq<T: PartialEq + Debug>(&mut self, name: impl Into<String>, got: T, want: T) {
         let ok = got == want;
         self.check(name, ok, || format!("got {got:?}, want {want:?}"));

@@ -36,6 +36,8 @@ pub fn attr<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     Some(&rest[..rest.find('\'')?])
 }
 
+/// (host address, clique) of each `-device vfio-pci,host=...` line in
+/// a QEMU block, the clique from `x-nv-gpudirect-clique`.
 pub fn parse_qemu(block: &str) -> Vec<(Bdf, u8)> {
     block
         .lines()
@@ -52,6 +54,8 @@ pub fn parse_qemu(block: &str) -> Vec<(Bdf, u8)> {
         .collect()
 }
 
+/// (host address, clique) of each `--device path=...` line in a
+/// Cloud Hypervisor block; asserts one `--platform vfio_p2p_dma=on`.
 pub fn parse_cloud_hypervisor(block: &str) -> Vec<(Bdf, u8)> {
     assert_eq!(
         block

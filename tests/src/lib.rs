@@ -71,8 +71,11 @@ pub fn target_dir() -> PathBuf {
 /// Output of one run of a binary.
 #[derive(Debug)]
 pub struct Run {
+    /// Exit code; None when a signal ended the process.
     pub code: Option<i32>,
+    /// Everything it wrote to stdout (lossy UTF-8).
     pub stdout: String,
+    /// Everything it wrote to stderr (lossy UTF-8).
     pub stderr: String,
 }
 

@@ -59,6 +59,7 @@ pub struct SchemaCheck {
 }
 
 impl SchemaCheck {
+    /// A validator for the spec's schema `name`; panics when the spec has none.
     pub fn component(name: &str) -> SchemaCheck {
         let spec = spec();
         let mut components = spec["components"].clone();

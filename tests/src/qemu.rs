@@ -39,10 +39,12 @@ pub fn cache_dir() -> PathBuf {
 /// The variables `setup.sh` wrote to `paths.env`.
 #[derive(Debug, Clone)]
 pub struct QemuSetup {
+    /// `paths.env`'s variables (`VP2P_QEMU72`, `VP2P_KERNEL`, ...), unquoted.
     pub vars: BTreeMap<String, String>,
 }
 
 impl QemuSetup {
+    /// A variable's value; panics with [`SETUP_HINT`] when `paths.env` lacks it.
     pub fn get(&self, key: &str) -> &str {
         self.vars
             .get(key)
@@ -68,6 +70,7 @@ impl QemuSetup {
         }
     }
 
+    /// The guest kernel's version recorded by setup.sh.
     pub fn kernel_version(&self) -> &str {
         self.get("VP2P_KERNEL_VERSION")
     }
@@ -176,9 +179,13 @@ pub fn mkinitramfs(out: &Path, init: &Path, adds: &[(&Path, &str)]) {
 pub struct Boot<'a> {
     /// "7.2" or "10" (the 11.1 build).
     pub qemu: &'a str,
+    /// boot.sh `--topology` name (`two-socket`, `nested-switch`, ...).
     pub topology: &'a str,
+    /// Boot with a virtual Intel IOMMU (`--iommu on`).
     pub iommu: bool,
+    /// The initramfs to boot (see [`mkinitramfs`]).
     pub initrd: &'a Path,
+    /// Seconds before boot.sh kills QEMU (exit status 124).
     pub timeout_s: u32,
     /// Serial log file to write.
     pub log: &'a Path,
@@ -189,11 +196,14 @@ pub struct Boot<'a> {
 pub struct Booted {
     /// boot.sh's exit status (0: the guest's init script returned 0).
     pub status: Option<i32>,
+    /// Wall-clock time of the boot.sh run.
     pub wall: Duration,
+    /// boot.sh's stderr (lossy UTF-8).
     pub stderr: String,
 }
 
 impl Boot<'_> {
+    /// Runs boot.sh and waits for the VM to power off or time out.
     pub fn run(&self) -> Booted {
         let t0 = Instant::now();
         let out = Command::new("bash")

@@ -3,13 +3,15 @@
 //! with the method of DESIGN.md "Benchmark method": spin-held streams,
 //! warm-up, several samples, median and spread, every transfer verified.
 
+mod copies;
 pub mod machine;
 mod measure;
 mod nccl;
 mod pingpong;
 pub mod plan;
 mod rig;
-mod transfer;
+mod sampling;
+pub mod transfer;
 pub mod verify;
 
 use std::path::PathBuf;
@@ -17,6 +19,7 @@ use std::path::PathBuf;
 use p2p_shared::report::bench::{
     BenchGpu, BenchPair, BenchReport, Direction, Method, Mode, BENCH_SCHEMA,
 };
+use p2p_shared::{ByteSize, CudaOrdinal, GpuIndex};
 
 use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::{peer, CudaError, Gpu};
@@ -25,21 +28,28 @@ use crate::probe::{self, ProbeOptions};
 use plan::Job;
 use rig::Rig;
 pub use rig::SmCopy;
-use transfer::Staging;
+use sampling::Seeds;
+use transfer::MethodConfig;
 
 /// Why a bench run could not go on.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// The driver (or something CUDA needs) is missing.
     #[error("CUDA is not available: {0}")]
     NoCuda(String),
+    /// The probe could not read the guest's PCI tree.
     #[error("{0}")]
     Probe(#[from] probe::sysfs::ProbeError),
+    /// A CUDA call failed.
     #[error(transparent)]
     Cuda(#[from] CudaError),
-    #[error("need at least two GPUs for {0}; CUDA sees {1}")]
+    /// Pairwise modes asked for with fewer than two GPUs.
+    #[error("need at least two GPUs for {0}; CUDA sees {1} (--pairs self measures each GPU with itself)")]
     TooFewGpus(String, usize),
-    #[error("--gpus names ordinal {0}, but CUDA sees {1} GPU(s)")]
-    NoSuchGpu(usize, usize),
+    /// `--gpus` named an ordinal CUDA does not have.
+    #[error("--gpus names CUDA device {0}, but CUDA sees {1} GPU(s)")]
+    NoSuchGpu(CudaOrdinal, usize),
+    /// Nothing to measure on.
     #[error("CUDA sees no GPU (or --gpus selected none): nothing to measure")]
     NoGpu,
 }
@@ -58,38 +68,62 @@ pub enum PeerPolicy {
 /// Which ordered pairs are measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PairSelection {
+    /// Every ordered pair of distinct GPUs.
     All,
     /// Only pairs the decision allows.
     Allowed,
+    /// Each GPU with itself: device-local copies (nvbandwidth's
+    /// device_local_copy), the methods' ceiling without a link.
+    #[value(name = "self")]
+    Own,
 }
 
 /// Everything a run needs to know.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
+    /// The guest's sysfs, for the probe.
     pub sysfs_root: PathBuf,
+    /// Modes to measure.
     pub modes: Vec<Mode>,
+    /// Directions to measure.
     pub directions: Vec<Direction>,
-    pub sizes: Vec<u64>,
+    /// Copy sizes.
+    pub sizes: Vec<ByteSize>,
+    /// Which pairs.
     pub pairs: PairSelection,
+    /// Which pairs get peer access.
     pub peer_access: PeerPolicy,
-    pub gpus: Option<Vec<usize>>,
+    /// CUDA devices to use; None for all.
+    pub gpus: Option<Vec<CudaOrdinal>>,
+    /// Timed samples per measurement.
     pub samples: u32,
+    /// Copies of the (verified, untimed) warm-up.
     pub warmup: u32,
-    pub headline_bytes: u64,
-    pub latency_bytes: u64,
-    pub staged_chunk: usize,
+    /// The size the bandwidth matrices are printed at.
+    pub headline_bytes: ByteSize,
+    /// The size the latency matrices are printed at.
+    pub latency_bytes: ByteSize,
+    /// Chunk of the staged pipeline.
+    pub staged_chunk: ByteSize,
+    /// Chunks in flight in the staged pipeline.
     pub staged_depth: usize,
+    /// Round trips per ping-pong sample.
     pub pingpong_rounds: u32,
     /// SM copy kernel variant and grid shape.
     pub sm_copy: SmCopy,
+    /// A name for the run, shown by compare.
     pub label: String,
 }
 
 /// Progress of a long run, drawn by the caller.
 pub trait Progress {
+    /// The run has `total` steps.
     fn start(&self, total: u64);
+    /// One step begins.
     fn step(&self, what: &str);
+    /// Something to tell the user now.
     fn note(&self, what: &str);
+    /// The run ended.
     fn finish(&self);
 }
 
@@ -117,9 +151,9 @@ impl Buffers {
 struct Run<'p> {
     cfg: BenchConfig,
     rig: Rig,
-    staging: Staging,
+    method_cfg: MethodConfig,
     access: Vec<Vec<bool>>,
-    seed: u32,
+    seeds: Seeds,
     notes: Vec<String>,
     progress: &'p dyn Progress,
 }
@@ -129,7 +163,7 @@ struct Setup<'p> {
     run: Run<'p>,
     pairs: Vec<BenchPair>,
     /// Ordered pairs to measure, after --pairs.
-    ordered: Vec<(usize, usize)>,
+    ordered: Vec<(GpuIndex, GpuIndex)>,
     driver_api: i32,
     probe_flags: Vec<String>,
 }
@@ -145,7 +179,7 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
             .iter()
             .map(|&o| {
                 cuda.gpus
-                    .get(o)
+                    .get(o.0)
                     .cloned()
                     .ok_or(BenchError::NoSuchGpu(o, all))
             })
@@ -156,7 +190,7 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
         .modes
         .iter()
         .any(|m| m.is_pairwise() || *m == Mode::Nccl);
-    if chosen.len() < 2 && needs_two {
+    if chosen.len() < 2 && needs_two && cfg.pairs != PairSelection::Own {
         return Err(BenchError::TooFewGpus("peer copies".into(), chosen.len()));
     }
     if chosen.is_empty() {
@@ -195,8 +229,8 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
                 .and_then(|d| d.nvlinks)
                 .map_or_else(|| "PCIe".to_string(), |c| format!("NV{c}"));
             pairs.push(BenchPair {
-                src: i,
-                dst: j,
+                src: GpuIndex(i),
+                dst: GpuIndex(j),
                 class,
                 cuda_can_access: q.can_access,
                 peer_access: on,
@@ -209,20 +243,37 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
             .decision(chosen[i].bdf, chosen[j].bdf)
             .is_some_and(|d| d.verdict == Verdict::Enable)
     };
-    let ordered: Vec<(usize, usize)> = (0..n)
-        .flat_map(|i| (0..n).map(move |j| (i, j)))
-        .filter(|(i, j)| i != j)
-        .filter(|&(i, j)| cfg.pairs == PairSelection::All || allowed(i, j))
-        .collect();
+    let ordered: Vec<(GpuIndex, GpuIndex)> = match cfg.pairs {
+        PairSelection::Own => (0..n).map(|i| (GpuIndex(i), GpuIndex(i))).collect(),
+        sel => (0..n)
+            .flat_map(|i| (0..n).map(move |j| (i, j)))
+            .filter(|(i, j)| i != j)
+            .filter(|&(i, j)| sel == PairSelection::All || allowed(i, j))
+            .map(|(i, j)| (GpuIndex(i), GpuIndex(j)))
+            .collect(),
+    };
+    if cfg.pairs == PairSelection::Own {
+        pairs.extend((0..n).map(|i| BenchPair {
+            src: GpuIndex(i),
+            dst: GpuIndex(i),
+            class: "local".into(),
+            cuda_can_access: true,
+            peer_access: false,
+            why: "device-local copy (--pairs self)".into(),
+        }));
+    }
     let mut rig = Rig::new(chosen)?;
     rig.sm_copy = cfg.sm_copy;
     Ok(Setup {
         run: Run {
-            staging: Staging::new(cfg.staged_chunk, cfg.staged_depth),
+            method_cfg: MethodConfig {
+                staged_chunk: cfg.staged_chunk,
+                staged_depth: cfg.staged_depth,
+            },
             cfg,
             rig,
             access,
-            seed: 1,
+            seeds: Seeds::default(),
             notes: Vec::new(),
             progress,
         },
@@ -242,15 +293,15 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
         driver_api,
         probe_flags,
     } = setup(cfg.clone(), progress)?;
-    let jobs = plan::jobs(&cfg.modes, &cfg.directions, &ordered, &cfg.sizes);
+    let sizes: Vec<u64> = cfg.sizes.iter().map(|s| s.0).collect();
+    let jobs = plan::jobs(&cfg.modes, &cfg.directions, &ordered, &sizes);
     let results = run.all(&jobs)?;
     let gpus = run
         .rig
         .gpus
         .iter()
-        .enumerate()
-        .map(|(i, g)| BenchGpu {
-            ordinal: i,
+        .map(|g| BenchGpu {
+            ordinal: g.ordinal,
             bdf: g.bdf.to_string(),
             name: g.name.clone(),
             compute_capability: [g.compute_capability.0, g.compute_capability.1],
@@ -270,8 +321,8 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
             samples: cfg.samples,
             warmup_copies: cfg.warmup,
             spin_release: true,
-            headline_bytes: cfg.headline_bytes,
-            latency_bytes: cfg.latency_bytes,
+            headline_bytes: cfg.headline_bytes.0,
+            latency_bytes: cfg.latency_bytes.0,
             gb_is: "1e9 bytes".into(),
             peer_access: format!("{:?}", cfg.peer_access).to_lowercase(),
         },
@@ -283,11 +334,17 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
 /// One point of an SM copy tuning sweep.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct TunePoint {
+    /// The copy kernel variant.
     pub variant: &'static str,
+    /// Blocks per SM.
     pub blocks_per_sm: u32,
+    /// Threads per block.
     pub threads: u32,
+    /// sm-read or sm-write.
     pub mode: Mode,
+    /// Median GB/s.
     pub gbps: f64,
+    /// Every sample's bytes arrived.
     pub verified: bool,
 }
 
@@ -305,9 +362,9 @@ pub fn tune_sm(
     let &(s, d) = ordered
         .first()
         .ok_or(BenchError::TooFewGpus("tuning".into(), 1))?;
-    let bytes = cfg.headline_bytes;
+    let bytes = cfg.headline_bytes.0;
     let bufs = Buffers::new(&run.rig.gpus, bytes)?;
-    let variants = p2p_kernels::entry::COPY_VARIANTS;
+    let variants = p2p_kernels::copy::VARIANTS;
     progress.start((variants.len() * blocks_per_sm.len() * threads.len() * 2) as u64);
     let mut out = Vec::new();
     for (v, name) in variants.iter().enumerate() {
@@ -327,7 +384,11 @@ pub fn tune_sm(
                         dst: Some(d),
                         bytes,
                     };
-                    let m = run.copy(&bufs, &job)?;
+                    let mut method = transfer::method(mode, &run.method_cfg)
+                        .ok_or(BenchError::NoCuda("SM copy".into()))?;
+                    let Some(m) = run.copy(&bufs, method.as_mut(), &job)? else {
+                        continue;
+                    };
                     out.push(TunePoint {
                         variant: name,
                         blocks_per_sm: b,

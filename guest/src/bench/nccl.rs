@@ -6,15 +6,18 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::safe::{Comm, ReduceOp};
-use p2p_kernels::BLOCK_THREADS;
+use p2p_shared::report::bench::Verification;
+use p2p_shared::{CudaOrdinal, GpuIndex};
 
 use super::rig::{Lane, Rig};
+use super::sampling::{Sampled, Timing};
+use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::CudaError;
 
 /// Why NCCL could not be used.
 fn nccl_err(what: &str, e: impl std::fmt::Debug) -> CudaError {
     CudaError::Device {
-        ordinal: 0,
+        ordinal: CudaOrdinal(0),
         what: format!("NCCL {what}: {e:?}"),
     }
 }
@@ -46,8 +49,9 @@ impl AllReduce {
                 "libnccl.so is not installed or not in the loader path",
             ));
         }
-        let streams: Vec<Arc<CudaStream>> = (0..rig.gpus.len())
-            .map(|g| Arc::clone(rig.stream(g, Lane::Out)))
+        let streams: Vec<Arc<CudaStream>> = rig
+            .indices()
+            .map(|g| Arc::clone(rig.stream(g, Lane::OUT)))
             .collect();
         let comms =
             Comm::from_devices(streams.clone()).map_err(|e| nccl_err("ncclCommInitAll", e))?;
@@ -58,12 +62,9 @@ impl AllReduce {
             let host: Vec<f32> = (0..count)
                 .map(|i| (r + 1) as f32 + (i % 7) as f32)
                 .collect();
-            let call = |e| CudaError::Call {
-                call: "cuMemAlloc",
-                ordinal: r,
-                source: e,
-            };
+            let call = CudaError::at("cuMemAlloc", rig.ordinal(GpuIndex(r)));
             send.push(s.clone_htod(&host).map_err(call)?);
+            let call = CudaError::at("cuMemAlloc", rig.ordinal(GpuIndex(r)));
             recv.push(s.alloc_zeros::<f32>(count).map_err(call)?);
         }
         rig.synchronize_all()?;
@@ -79,10 +80,10 @@ impl AllReduce {
     pub fn timed(&mut self, rig: &Rig, bytes: u64, iters: u32) -> Result<f64, CudaError> {
         let count = (bytes / 4).max(1) as usize;
         let mut marks = Vec::new();
-        for g in 0..self.comms.len() {
+        for g in rig.indices().take(self.comms.len()) {
             let (start, stop) = (rig.event(g)?, rig.event(g)?);
             start
-                .record(&self.streams[g])
+                .record(&self.streams[g.0])
                 .map_err(|e| nccl_err("event", e))?;
             marks.push((start, stop));
         }
@@ -100,9 +101,10 @@ impl AllReduce {
         for (g, (start, stop)) in marks.iter().enumerate() {
             stop.record(&self.streams[g])
                 .map_err(|e| nccl_err("event", e))?;
-            let ms = start
-                .elapsed_ms(stop)
-                .map_err(CudaError::at("cuEventElapsedTime", g))?;
+            let ms = start.elapsed_ms(stop).map_err(CudaError::at(
+                "cuEventElapsedTime",
+                rig.ordinal(GpuIndex(g)),
+            ))?;
             worst = worst.max(f64::from(ms) / 1e3);
         }
         Ok(worst)
@@ -113,34 +115,26 @@ impl AllReduce {
         let count = (bytes / 4).max(1);
         let ranks = self.comms.len() as u32;
         let mut bad_total = 0;
-        for g in 0..self.comms.len() {
-            let counter = crate::cuda::memory::DeviceBuffer::new(&rig.gpus[g], 8)?;
+        for g in rig.indices().take(self.comms.len()) {
+            let counter = DeviceBuffer::new(rig.gpu(g), 8)?;
             counter.fill_bytes(0)?;
-            let (slice_ptr, _guard) =
-                cudarc::driver::DevicePtr::device_ptr(&self.recv[g], &self.streams[g]);
-            let (mut data, mut n, mut r, mut bad) = (slice_ptr, count, ranks, counter.ptr);
-            let mut params = [
-                (&mut data) as *mut u64 as *mut std::ffi::c_void,
-                (&mut n) as *mut u64 as *mut std::ffi::c_void,
-                (&mut r) as *mut u32 as *mut std::ffi::c_void,
-                (&mut bad) as *mut u64 as *mut std::ffi::c_void,
-            ];
             let grid = rig.grid_for(g, count);
-            rig.launch(
-                g,
-                Lane::Out,
-                &rig.kernels[g].reduce_check,
+            rig.kernels(g).reduce_check(
+                &self.streams[g.0],
                 grid,
-                BLOCK_THREADS,
-                &mut params,
+                &self.recv[g.0],
+                count,
+                ranks,
+                &counter,
             )?;
-            rig.synchronize(g, Lane::Out)?;
+            rig.synchronize(g, Lane::OUT)?;
             let v = counter.to_host()?;
             bad_total += u64::from_le_bytes(v[..8].try_into().unwrap_or([0xff; 8]));
         }
         Ok(bad_total)
     }
 
+    /// Ranks (one per GPU).
     pub fn ranks(&self) -> usize {
         self.comms.len()
     }
@@ -152,7 +146,7 @@ impl AllReduce {
             let mut part = recv.slice_mut(0..count);
             self.streams[r]
                 .memset_zeros(&mut part)
-                .map_err(CudaError::at("cuMemsetD8Async", r))?;
+                .map_err(|e| nccl_err("result reset (cuMemsetD8Async)", e))?;
         }
         Ok(())
     }
@@ -167,4 +161,58 @@ impl AllReduce {
 pub fn bus_gbps(bytes: u64, seconds: f64, ranks: usize) -> f64 {
     let algbw = bytes as f64 / seconds / 1e9;
     algbw * 2.0 * (ranks as f64 - 1.0) / ranks as f64
+}
+
+/// All-reduces of one size as the sampling loop sees them: results zeroed
+/// before a run (no sum of the inputs is zero), every rank's checked after.
+pub struct NcclRun<'a> {
+    /// The communicators and buffers.
+    pub all_reduce: &'a mut AllReduce,
+    /// Bytes per rank.
+    pub bytes: u64,
+    /// All-reduces per sample.
+    pub iters: u32,
+}
+
+/// All-reduces in the warm-up.
+const WARMUP_ITERS: u32 = 2;
+
+impl Sampled for NcclRun<'_> {
+    fn reps(&self) -> u32 {
+        self.iters
+    }
+
+    fn warmup_reps(&self) -> u32 {
+        WARMUP_ITERS
+    }
+
+    fn prepare(&mut self, _rig: &Rig, _seed: u32) -> Result<(), CudaError> {
+        self.all_reduce.clear_results(self.bytes)
+    }
+
+    fn run(&mut self, rig: &Rig, reps: u32, _warm_up: bool) -> Result<Timing, CudaError> {
+        Ok(Timing {
+            seconds: self.all_reduce.timed(rig, self.bytes, reps)?,
+            note: None,
+        })
+    }
+
+    fn check(&mut self, rig: &Rig, _seed: u32) -> Result<Verification, CudaError> {
+        Ok(Verification {
+            checked_bytes: self.all_reduce.result_bytes(self.bytes),
+            mismatches: 4 * self.all_reduce.verify(rig, self.bytes)?,
+        })
+    }
+
+    fn gbps(&self, seconds: f64) -> f64 {
+        bus_gbps(
+            self.bytes,
+            seconds / f64::from(self.iters),
+            self.all_reduce.ranks(),
+        )
+    }
+
+    fn latency_us(&self, seconds: f64) -> f64 {
+        seconds / f64::from(self.iters) * 1e6
+    }
 }

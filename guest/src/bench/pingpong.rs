@@ -2,9 +2,11 @@
 //! other's memory; elapsed time over twice the rounds is one peer write seen
 //! by a poll on the other side.
 
-use std::ffi::c_void;
+use p2p_shared::report::bench::{Verification, GB};
+use p2p_shared::GpuIndex;
 
 use super::rig::{Lane, Rig};
+use super::sampling::{Sampled, Timing};
 use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::CudaError;
 
@@ -18,15 +20,16 @@ pub struct PingPong {
 }
 
 impl PingPong {
-    pub fn new(rig: &Rig, a: usize, b: usize) -> Result<Self, CudaError> {
+    /// Flags and result words on GPUs `a` and `b`.
+    pub fn new(rig: &Rig, a: GpuIndex, b: GpuIndex) -> Result<Self, CudaError> {
         Ok(Self {
             flags: [
-                DeviceBuffer::new(&rig.gpus[a], 256)?,
-                DeviceBuffer::new(&rig.gpus[b], 256)?,
+                DeviceBuffer::new(rig.gpu(a), 256)?,
+                DeviceBuffer::new(rig.gpu(b), 256)?,
             ],
             results: [
-                DeviceBuffer::new(&rig.gpus[a], 16)?,
-                DeviceBuffer::new(&rig.gpus[b], 16)?,
+                DeviceBuffer::new(rig.gpu(a), 16)?,
+                DeviceBuffer::new(rig.gpu(b), 16)?,
             ],
         })
     }
@@ -35,45 +38,42 @@ impl PingPong {
     /// access to each other. Every round's value is compared on the GPU that
     /// receives it (it waits for exactly that value); afterwards the host reads
     /// both flags and both round counters back and compares them.
-    pub fn run(&self, rig: &Rig, a: usize, b: usize, rounds: u32) -> Result<PingResult, CudaError> {
+    pub fn run(
+        &self,
+        rig: &Rig,
+        a: GpuIndex,
+        b: GpuIndex,
+        rounds: u32,
+    ) -> Result<PingResult, CudaError> {
         for buf in self.flags.iter().chain(self.results.iter()) {
             buf.fill_bytes(0)?;
         }
         // Responder first, so it is polling when the first write lands; the
         // initiator's kernel is timed with events around it.
         let (start, stop) = (rig.event(a)?, rig.event(a)?);
-        for (side, gpu, peer, initiator) in [(1usize, b, 0usize, 0i32), (0, a, 1, 1)] {
-            let mut mine = self.flags[side].ptr;
-            let mut peers = self.flags[peer].ptr;
-            let mut n = rounds;
-            let mut init = initiator;
-            let mut timeout = TIMEOUT_CYCLES;
-            let mut result = self.results[side].ptr;
-            let mut params = [
-                (&mut mine) as *mut u64 as *mut c_void,
-                (&mut peers) as *mut u64 as *mut c_void,
-                (&mut n) as *mut u32 as *mut c_void,
-                (&mut init) as *mut i32 as *mut c_void,
-                (&mut timeout) as *mut i64 as *mut c_void,
-                (&mut result) as *mut u64 as *mut c_void,
-            ];
-            let lane = if initiator == 1 { Lane::Out } else { Lane::In };
-            if initiator == 1 {
-                start
-                    .record(rig.stream(a, Lane::Out))
-                    .map_err(CudaError::at("cuEventRecord", a))?;
+        for (side, gpu, peer, initiator) in [(1usize, b, 0usize, false), (0, a, 1, true)] {
+            let lane = if initiator { Lane::OUT } else { Lane::IN };
+            if initiator {
+                rig.record(a, Lane::OUT, &start)?;
             }
-            rig.launch(gpu, lane, &rig.kernels[gpu].pingpong, 1, 32, &mut params)?;
-            if initiator == 1 {
-                stop.record(rig.stream(a, Lane::Out))
-                    .map_err(CudaError::at("cuEventRecord", a))?;
+            rig.kernels(gpu).pingpong(
+                rig.stream(gpu, lane),
+                &self.flags[side],
+                &self.flags[peer],
+                rounds,
+                initiator,
+                TIMEOUT_CYCLES,
+                &self.results[side],
+            )?;
+            if initiator {
+                rig.record(a, Lane::OUT, &stop)?;
             }
         }
-        rig.synchronize(b, Lane::In)?;
-        rig.synchronize(a, Lane::Out)?;
+        rig.synchronize(b, Lane::IN)?;
+        rig.synchronize(a, Lane::OUT)?;
         let ms = start
             .elapsed_ms(&stop)
-            .map_err(CudaError::at("cuEventElapsedTime", a))?;
+            .map_err(CudaError::at("cuEventElapsedTime", rig.ordinal(a)))?;
         let u64_at = |r: &[u8], i: usize| {
             r.get(i * 8..i * 8 + 8)
                 .and_then(|w| w.try_into().ok())
@@ -103,9 +103,10 @@ impl PingPong {
         }
         if done[0] != u64::from(rounds) {
             return Err(CudaError::Device {
-                ordinal: a,
+                ordinal: rig.ordinal(a),
                 what: format!(
-                    "ping-pong with GPU {b} stopped after {} of {rounds} rounds: peer writes are not arriving",
+                    "ping-pong with {b} (CUDA device {}) stopped after {} of {rounds} rounds: peer writes are not arriving",
+                    rig.ordinal(b),
                     done[0]
                 ),
             });
@@ -122,9 +123,85 @@ impl PingPong {
 /// One ping-pong run: its time and what was compared.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PingResult {
+    /// Seconds the initiator's kernel ran.
     pub seconds: f64,
     /// Bytes compared: the GPUs' per-round values and the host's read-back.
     pub checked_bytes: u64,
     /// Bytes of the read-back that differ from what the rounds must leave.
     pub mismatched_bytes: u64,
+}
+
+/// Ping-pong between two GPUs as the sampling loop sees it: flags zeroed by
+/// each run, the GPUs compare every round's value, the host reads both flags
+/// and both round counters back.
+pub struct PingPongRun {
+    /// The flags and results.
+    pub pair: PingPong,
+    /// The initiating GPU.
+    pub a: GpuIndex,
+    /// The responding GPU.
+    pub b: GpuIndex,
+    /// Round trips per sample.
+    pub rounds: u32,
+    last: Option<PingResult>,
+}
+
+impl PingPongRun {
+    /// `rounds` round trips per sample between `a` and `b`.
+    pub fn new(rig: &Rig, a: GpuIndex, b: GpuIndex, rounds: u32) -> Result<Self, CudaError> {
+        Ok(Self {
+            pair: PingPong::new(rig, a, b)?,
+            a,
+            b,
+            rounds: rounds.max(1),
+            last: None,
+        })
+    }
+}
+
+impl Sampled for PingPongRun {
+    fn reps(&self) -> u32 {
+        self.rounds
+    }
+
+    fn warmup_reps(&self) -> u32 {
+        (self.rounds / 10).max(1)
+    }
+
+    fn prepare(&mut self, _rig: &Rig, _seed: u32) -> Result<(), CudaError> {
+        // Each run zeroes the flags itself, right before its kernels.
+        self.last = None;
+        Ok(())
+    }
+
+    fn run(&mut self, rig: &Rig, reps: u32, _warm_up: bool) -> Result<Timing, CudaError> {
+        let r = self.pair.run(rig, self.a, self.b, reps)?;
+        self.last = Some(r);
+        Ok(Timing {
+            seconds: r.seconds,
+            note: None,
+        })
+    }
+
+    fn check(&mut self, _rig: &Rig, _seed: u32) -> Result<Verification, CudaError> {
+        Ok(self.last.map_or(
+            Verification {
+                checked_bytes: 0,
+                mismatches: 0,
+            },
+            |r| Verification {
+                checked_bytes: r.checked_bytes,
+                mismatches: r.mismatched_bytes,
+            },
+        ))
+    }
+
+    fn gbps(&self, seconds: f64) -> f64 {
+        // Four bytes per one-way step.
+        4.0 * 2.0 * f64::from(self.rounds) / seconds / GB
+    }
+
+    fn latency_us(&self, seconds: f64) -> f64 {
+        seconds / (2.0 * f64::from(self.rounds)) * 1e6
+    }
 }

@@ -2,6 +2,7 @@
 //! copies per sample, and whether queued work may be held by a spin kernel.
 
 use p2p_shared::report::bench::{Direction, Mode};
+use p2p_shared::{ByteSize, ByteSizeError, GpuIndex};
 
 /// Default size sweep: 4 B to 1 GiB.
 pub const DEFAULT_SIZES: [u64; 10] = [
@@ -24,11 +25,26 @@ pub const HOLD_BUDGET_OPS: u64 = 768;
 /// One measurement to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Job {
+    /// How the bytes move.
     pub mode: Mode,
+    /// One direction or both.
     pub direction: Direction,
-    pub src: Option<usize>,
-    pub dst: Option<usize>,
+    /// Source GPU; None for NCCL (all GPUs).
+    pub src: Option<GpuIndex>,
+    /// Destination GPU; None for NCCL.
+    pub dst: Option<GpuIndex>,
+    /// Bytes per copy (per rank for NCCL).
     pub bytes: u64,
+}
+
+impl Job {
+    /// The pair of a pairwise job (GPU 0 and 1 for a collective, which has none).
+    pub fn pair(&self) -> (GpuIndex, GpuIndex) {
+        (
+            self.src.unwrap_or(GpuIndex(0)),
+            self.dst.unwrap_or(GpuIndex(1)),
+        )
+    }
 }
 
 /// Copies per sample: enough bytes to time well (about 2 GiB), at least 4,
@@ -40,18 +56,19 @@ pub fn copies_for(bytes: u64) -> u32 {
 
 /// Lists the jobs for `modes` over `pairs` (ordered) and `sizes`; `bi`
 /// measures each unordered pair once. NCCL jobs cover all GPUs; ping-pong
-/// runs once per ordered pair.
+/// runs once per ordered pair. A GPU paired with itself (a device-local
+/// copy) gets one-way copies only.
 pub fn jobs(
     modes: &[Mode],
     directions: &[Direction],
-    pairs: &[(usize, usize)],
+    pairs: &[(GpuIndex, GpuIndex)],
     sizes: &[u64],
 ) -> Vec<Job> {
     let mut out = Vec::new();
     for &mode in modes {
         match mode {
             Mode::Pingpong => {
-                for &(s, d) in pairs {
+                for &(s, d) in pairs.iter().filter(|(s, d)| s != d) {
                     out.push(Job {
                         mode,
                         direction: Direction::Uni,
@@ -75,7 +92,7 @@ pub fn jobs(
             _ => {
                 for &direction in directions {
                     for &(s, d) in pairs {
-                        if direction == Direction::Bi && s > d {
+                        if direction == Direction::Bi && s >= d {
                             continue;
                         }
                         for &bytes in sizes {
@@ -95,28 +112,26 @@ pub fn jobs(
     out
 }
 
-/// Parses "4,16K,256M,1G" (K/M/G are powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (want 4, 16K, 256M, 1G)"))?;
-    let bytes = n
-        .checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))?;
-    if bytes == 0 || bytes > 16 << 30 {
-        return Err(format!("'{s}': sizes run from 1 byte to 16 GiB"));
-    }
-    Ok(bytes)
+/// Why a bench size was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BenchSizeError {
+    /// Not a size at all.
+    #[error(transparent)]
+    NotASize(#[from] ByteSizeError),
+    /// Outside what one buffer per GPU can hold here.
+    #[error("'{0}': sizes run from 1 byte to 16 GiB")]
+    OutOfRange(String),
 }
 
-pub use p2p_shared::report::size_label;
+/// A copy size for `bench`, `tune-sm` and `probe --verify`: a [`ByteSize`]
+/// from 1 byte to 16 GiB.
+pub fn bench_size(s: &str) -> Result<ByteSize, BenchSizeError> {
+    let size: ByteSize = s.parse()?;
+    if size.0 == 0 || size.0 > 16 << 30 {
+        return Err(BenchSizeError::OutOfRange(s.to_string()));
+    }
+    Ok(size)
+}
 
 #[cfg(test)]
 mod tests {
@@ -127,16 +142,19 @@ mod tests {
         assert_eq!(copies_for(4), 300);
         assert_eq!(copies_for(256 << 20), 8);
         assert_eq!(copies_for(1 << 30), 4);
-        assert_eq!(parse_size("16K").unwrap(), 16384);
-        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
-        assert!(parse_size("0").is_err() && parse_size("x").is_err() && parse_size("32G").is_err());
-        assert_eq!(size_label(256 << 20), "256 MiB");
-        assert_eq!(size_label(16), "16 B");
+        assert_eq!(bench_size("16K").unwrap(), ByteSize(16384));
+        assert_eq!(bench_size("1GiB").unwrap(), ByteSize(1 << 30));
+        assert_eq!(
+            bench_size("0").unwrap_err(),
+            BenchSizeError::OutOfRange("0".into())
+        );
+        assert!(matches!(bench_size("x"), Err(BenchSizeError::NotASize(_))));
+        assert!(bench_size("32G").is_err());
     }
 
     #[test]
     fn jobs_cover_every_ordered_pair_and_each_unordered_pair_once() {
-        let pairs = [(0, 1), (1, 0)];
+        let pairs = [(GpuIndex(0), GpuIndex(1)), (GpuIndex(1), GpuIndex(0))];
         let j = jobs(
             &[Mode::Ce],
             &[Direction::Uni, Direction::Bi],
@@ -147,7 +165,7 @@ mod tests {
         assert!(j
             .iter()
             .filter(|x| x.direction == Direction::Bi)
-            .all(|x| x.src == Some(0)));
+            .all(|x| x.src == Some(GpuIndex(0))));
         let j = jobs(
             &[Mode::Nccl, Mode::Pingpong],
             &[Direction::Uni],
@@ -155,5 +173,15 @@ mod tests {
             &[16, 1 << 20],
         );
         assert_eq!(j.len(), 2 + 2);
+        // A GPU with itself: one-way copies, no ping-pong.
+        let own = [(GpuIndex(0), GpuIndex(0))];
+        let j = jobs(
+            &[Mode::Ce, Mode::Pingpong],
+            &[Direction::Uni, Direction::Bi],
+            &own,
+            &[16],
+        );
+        assert_eq!(j.len(), 1);
+        assert_eq!(j[0].direction, Direction::Uni);
     }
 }

@@ -1,40 +1,63 @@
-//! The benchmark rig: every GPU with two streams ("out" issues what leaves
-//! it, "in" what arrives), its kernels, and one page of mapped pinned memory
-//! holding the release flag the spin kernels poll.
+//! The benchmark rig: every GPU with its streams ("lanes"), its kernels, and
+//! one page of mapped pinned memory holding the release flag the spin
+//! kernels poll. GPUs are addressed by [`GpuIndex`] (their place in the run);
+//! errors name the CUDA ordinal.
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::{result, sys, CudaEvent, CudaFunction, CudaStream};
+use cudarc::driver::{sys, CudaEvent, CudaStream};
 use p2p_kernels::BLOCK_THREADS;
+use p2p_shared::{CudaOrdinal, GpuIndex};
 
+use crate::cuda::kernels::Kernels;
 use crate::cuda::memory::{DeviceBuffer, PinnedBuffer};
-use crate::cuda::program::{self, Kernels};
-use crate::cuda::{check, CudaError, Gpu};
+use crate::cuda::{program, stream, CudaError, Gpu};
 
-/// Which of a GPU's two streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    Out = 0,
-    In = 1,
+/// One of a GPU's streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Lane(u8);
+
+impl Lane {
+    /// What leaves the GPU: copies it issues, kernels that write a peer.
+    pub const OUT: Lane = Lane(0);
+    /// What arrives: kernels that read a peer, the staged path's uploads.
+    pub const IN: Lane = Lane(1);
+    /// Extra streams per GPU for split transfers (one per copy engine driven).
+    pub const EXTRA: usize = 4;
+    const COUNT: usize = 2 + Self::EXTRA;
+
+    /// Extra stream `k` (0..[`Lane::EXTRA`]).
+    pub fn extra(k: usize) -> Lane {
+        Lane(2 + k.min(Self::EXTRA - 1) as u8)
+    }
+
+    fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => f.write_str("out"),
+            1 => f.write_str("in"),
+            k => write!(f, "extra{}", k - 2),
+        }
+    }
 }
 
 /// SM cycles a spin kernel waits for release before giving up (about 5 s at
 /// 2 GHz): a safety net against a host that cannot queue its work.
 const SPIN_TIMEOUT_CYCLES: i64 = 10_000_000_000;
 
-/// Control words in the pinned page: 0 is the release flag; 1 + stream index
-/// records a spin timeout.
-const CONTROL_WORDS: usize = 64;
-/// Byte offset of the u64 slots where spin kernels leave the cycles they waited.
-const WAITED_OFFSET: usize = CONTROL_WORDS * 4;
-
 /// How SM copy kernels are launched: which variant, and the grid shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SmCopy {
-    /// Index into `p2p_kernels::entry::COPY_VARIANTS`.
+    /// Index into `p2p_kernels::copy::VARIANTS`.
     pub variant: usize,
+    /// Blocks per SM.
     pub blocks_per_sm: u32,
+    /// Threads per block.
     pub threads: u32,
 }
 
@@ -42,24 +65,31 @@ impl Default for SmCopy {
     fn default() -> Self {
         // vp2p_copy_cs4, 4 x 1024: the best of `p2p-guest tune-sm` on 2x H200.
         Self {
-            variant: 3,
+            variant: p2p_kernels::copy::DEFAULT,
             blocks_per_sm: 4,
             threads: 1024,
         }
     }
 }
 
+/// The GPUs of a run with their streams, kernels and spin control page.
 pub struct Rig {
+    /// The GPUs, `gpus[i]` being GPU index i.
     pub gpus: Vec<Gpu>,
+    /// How SM copies are launched.
     pub sm_copy: SmCopy,
-    pub kernels: Vec<Kernels>,
-    streams: Vec<[Arc<CudaStream>; 2]>,
+    kernels: Vec<Kernels>,
+    streams: Vec<Vec<Arc<CudaStream>>>,
+    /// Word 0: release flag; word 1 + slot: that stream's spin timed out;
+    /// then a u64 per slot with the cycles its spin waited.
     control: PinnedBuffer,
     counters: Vec<DeviceBuffer>,
     sms: Vec<u32>,
+    copy_engines: Vec<u32>,
 }
 
 impl Rig {
+    /// Opens streams, loads kernels and allocates the control page.
     pub fn new(gpus: Vec<Gpu>) -> Result<Rig, CudaError> {
         // The control words live in pinned memory of the first GPU's context.
         if gpus.is_empty() {
@@ -69,23 +99,29 @@ impl Rig {
         let mut streams = Vec::new();
         let mut counters = Vec::new();
         let mut sms = Vec::new();
+        let mut copy_engines = Vec::new();
         for g in &gpus {
-            let call = |call, source| CudaError::Call {
-                call,
-                ordinal: g.ordinal,
-                source,
-            };
-            let out = g.ctx.new_stream().map_err(|e| call("cuStreamCreate", e))?;
-            let inn = g.ctx.new_stream().map_err(|e| call("cuStreamCreate", e))?;
-            streams.push([out, inn]);
+            let lanes = (0..Lane::COUNT)
+                .map(|_| {
+                    g.ctx
+                        .new_stream()
+                        .map_err(CudaError::at("cuStreamCreate", g.ordinal))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            streams.push(lanes);
             counters.push(DeviceBuffer::new(g, 16)?);
-            let n = g
-                .ctx
-                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-                .map_err(|e| call("cuDeviceGetAttribute", e))?;
-            sms.push(n.max(1) as u32);
+            use sys::CUdevice_attribute as A;
+            sms.push(
+                g.attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+                    .max(1) as u32,
+            );
+            copy_engines.push(
+                g.attribute(A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT)?
+                    .max(1) as u32,
+            );
         }
-        let control = PinnedBuffer::new(&gpus[0], WAITED_OFFSET + CONTROL_WORDS * 8)?;
+        let slots = gpus.len() * Lane::COUNT;
+        let control = PinnedBuffer::new(&gpus[0], Self::waited_offset(slots) + 8 * slots)?;
         Ok(Rig {
             gpus,
             sm_copy: SmCopy::default(),
@@ -94,89 +130,128 @@ impl Rig {
             control,
             counters,
             sms,
+            copy_engines,
         })
     }
 
-    pub fn stream(&self, gpu: usize, lane: Lane) -> &Arc<CudaStream> {
-        &self.streams[gpu][lane as usize]
+    /// The GPU at `i`.
+    pub fn gpu(&self, i: GpuIndex) -> &Gpu {
+        &self.gpus[i.0]
     }
 
-    fn stream_index(gpu: usize, lane: Lane) -> usize {
-        gpu * 2 + lane as usize
+    /// CUDA's ordinal for GPU `i`, for error messages.
+    pub fn ordinal(&self, i: GpuIndex) -> CudaOrdinal {
+        self.gpus[i.0].ordinal
     }
 
-    /// A timing event in `gpu`'s context.
-    pub fn event(&self, gpu: usize) -> Result<CudaEvent, CudaError> {
-        self.gpus[gpu]
+    /// Every GPU index of the run.
+    pub fn indices(&self) -> impl Iterator<Item = GpuIndex> {
+        (0..self.gpus.len()).map(GpuIndex)
+    }
+
+    /// GPU `i`'s loaded kernels.
+    pub fn kernels(&self, i: GpuIndex) -> &Kernels {
+        &self.kernels[i.0]
+    }
+
+    /// GPU `i`'s stream `lane`.
+    pub fn stream(&self, i: GpuIndex, lane: Lane) -> &Arc<CudaStream> {
+        &self.streams[i.0][lane.index()]
+    }
+
+    /// Copy engines the driver reports for GPU `i` (CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT).
+    pub fn copy_engines(&self, i: GpuIndex) -> u32 {
+        self.copy_engines[i.0]
+    }
+
+    fn slot(i: GpuIndex, lane: Lane) -> usize {
+        i.0 * Lane::COUNT + lane.index()
+    }
+
+    fn waited_offset(slots: usize) -> usize {
+        // Flags first (release + one per slot), then 8-byte aligned counters.
+        (4 * (1 + slots)).next_multiple_of(8)
+    }
+
+    /// A timing event in GPU `i`'s context.
+    pub fn event(&self, i: GpuIndex) -> Result<CudaEvent, CudaError> {
+        self.gpu(i)
             .ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(CudaError::at("cuEventCreate", gpu))
+            .map_err(CudaError::at("cuEventCreate", self.ordinal(i)))
     }
 
     /// An event without timing, for ordering streams.
-    pub fn sync_event(&self, gpu: usize) -> Result<CudaEvent, CudaError> {
-        self.gpus[gpu]
+    pub fn sync_event(&self, i: GpuIndex) -> Result<CudaEvent, CudaError> {
+        self.gpu(i)
             .ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(CudaError::at("cuEventCreate", gpu))
+            .map_err(CudaError::at("cuEventCreate", self.ordinal(i)))
     }
 
-    /// Blocks for a kernel covering `work` items on `gpu`: enough to fill it,
-    /// never more than the work needs.
-    pub fn grid_for(&self, gpu: usize, work: u64) -> u32 {
-        let full = self.sms[gpu] * 4;
+    /// Records `ev` on GPU `i`'s `lane`.
+    pub fn record(&self, i: GpuIndex, lane: Lane, ev: &CudaEvent) -> Result<(), CudaError> {
+        stream::record(self.stream(i, lane), ev)
+    }
+
+    /// Makes GPU `i`'s `lane` wait for `ev` (of any GPU).
+    pub fn wait(&self, i: GpuIndex, lane: Lane, ev: &CudaEvent) -> Result<(), CudaError> {
+        stream::wait(self.stream(i, lane), ev)
+    }
+
+    /// Blocks for a kernel covering `work` items on GPU `i`: enough to fill
+    /// it, never more than the work needs.
+    pub fn grid_for(&self, i: GpuIndex, work: u64) -> u32 {
+        let full = self.sms[i.0] * 4;
         let needed = work.div_ceil(u64::from(BLOCK_THREADS)).max(1);
         needed.min(u64::from(full)) as u32
     }
 
-    /// Grid and block for an SM copy of `vecs` 16-byte vectors on `gpu`.
-    pub fn copy_shape(&self, gpu: usize, vecs: u64) -> (u32, u32) {
+    /// Grid and block for an SM copy of `bytes` on GPU `i`.
+    pub fn copy_shape(&self, i: GpuIndex, bytes: u64) -> (u32, u32) {
         let t = self.sm_copy.threads;
-        let full = self.sms[gpu] * self.sm_copy.blocks_per_sm;
+        let full = self.sms[i.0] * self.sm_copy.blocks_per_sm;
+        let vecs = bytes.div_ceil(16);
         (
             vecs.div_ceil(u64::from(t)).clamp(1, u64::from(full)) as u32,
             t,
         )
     }
 
-    /// The SM copy kernel in use on `gpu`.
-    pub fn copy_kernel(&self, gpu: usize) -> &CudaFunction {
-        let v = &self.kernels[gpu].copy_variants;
-        &v[self.sm_copy.variant.min(v.len() - 1)].1
-    }
-
-    /// Launches `f` on `gpu`'s `lane` with raw parameter pointers.
-    pub fn launch(
+    /// Queues an SM copy of `bytes` from `src[src_off..]` to `dst[dst_off..]`
+    /// on GPU `i`'s `lane` (GPU `i` reads or writes its peer).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sm_copy(
         &self,
-        gpu: usize,
+        i: GpuIndex,
         lane: Lane,
-        f: &CudaFunction,
-        grid: u32,
-        block: u32,
-        params: &mut [*mut c_void],
+        src: &DeviceBuffer,
+        src_off: u64,
+        dst: &DeviceBuffer,
+        dst_off: u64,
+        bytes: u64,
     ) -> Result<(), CudaError> {
-        crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
-        let stream = self.stream(gpu, lane).cu_stream();
-        // SAFETY: each parameter points at a live value of the kernel's declared
-        // type (pointers and sizes as u64, seeds as u32); the call copies them.
-        let launched = unsafe {
-            result::launch_kernel(
-                f.cu_function(),
-                (grid, 1, 1),
-                (block, 1, 1),
-                0,
-                stream,
-                params,
-            )
-        };
-        launched.map_err(CudaError::at("cuLaunchKernel", gpu))
+        self.kernels(i).copy(
+            self.stream(i, lane),
+            self.sm_copy.variant,
+            self.copy_shape(i, bytes),
+            src,
+            src_off,
+            dst,
+            dst_off,
+            bytes,
+        )
     }
 
     /// Arms the release flag (streams that spin now wait).
     pub fn arm(&self) {
-        for i in 0..CONTROL_WORDS {
-            self.control.write_u32(i, 0);
-            self.control.write_u64(WAITED_OFFSET / 8 + i, 0);
+        let slots = self.gpus.len() * Lane::COUNT;
+        for w in 0..=slots {
+            self.control.write_u32(w, 0);
+        }
+        let base = Self::waited_offset(slots) / 8;
+        for s in 0..slots {
+            self.control.write_u64(base + s, 0);
         }
     }
 
@@ -185,145 +260,101 @@ impl Rig {
         self.control.write_u32(0, 1);
     }
 
-    /// Queues a spin kernel that holds `gpu`'s `lane` until [`Rig::release`].
-    pub fn hold(&self, gpu: usize, lane: Lane) -> Result<(), CudaError> {
-        let mut flag: u64 = self.control.device;
-        let mut timeout = SPIN_TIMEOUT_CYCLES;
-        let idx = Self::stream_index(gpu, lane);
-        let mut timed_out: u64 = self.control.device + 4 * (1 + idx) as u64;
-        let mut waited: u64 = self.control.device + (WAITED_OFFSET + 8 * idx) as u64;
-        let mut params = [
-            (&mut flag) as *mut u64 as *mut c_void,
-            (&mut timeout) as *mut i64 as *mut c_void,
-            (&mut timed_out) as *mut u64 as *mut c_void,
-            (&mut waited) as *mut u64 as *mut c_void,
-        ];
-        self.launch(gpu, lane, &self.kernels[gpu].spin, 1, 32, &mut params)
+    /// Queues a spin kernel that holds GPU `i`'s `lane` until [`Rig::release`].
+    pub fn hold(&self, i: GpuIndex, lane: Lane) -> Result<(), CudaError> {
+        let slot = Self::slot(i, lane);
+        let slots = self.gpus.len() * Lane::COUNT;
+        let waited = (Self::waited_offset(slots) + 8 * slot) as u64;
+        self.kernels(i).spin(
+            self.stream(i, lane),
+            &self.control,
+            slot,
+            waited,
+            SPIN_TIMEOUT_CYCLES,
+        )
     }
 
-    /// The (gpu, lane, cycles waited) of every spin kernel that gave up
+    /// The (GPU, lane, cycles waited) of every spin kernel that gave up
     /// waiting since the last [`Rig::arm`].
-    pub fn spin_timeouts(&self) -> Vec<(usize, &'static str, u64)> {
-        (1..CONTROL_WORDS)
-            .filter(|&i| self.control.read_u32(i) != 0)
-            .map(|i| {
-                let lane = if (i - 1) % 2 == 0 { "out" } else { "in" };
+    pub fn spin_timeouts(&self) -> Vec<(GpuIndex, Lane, u64)> {
+        let slots = self.gpus.len() * Lane::COUNT;
+        let base = Self::waited_offset(slots) / 8;
+        (0..slots)
+            .filter(|&s| self.control.read_u32(1 + s) != 0)
+            .map(|s| {
                 (
-                    (i - 1) / 2,
-                    lane,
-                    self.control.read_u64(WAITED_OFFSET / 8 + i - 1),
+                    GpuIndex(s / Lane::COUNT),
+                    Lane((s % Lane::COUNT) as u8),
+                    self.control.read_u64(base + s),
                 )
             })
             .collect()
     }
 
-    /// Fills `buf[..bytes]` with the pattern for `seed`, on `gpu`'s `lane`.
+    /// Fills `buf[..bytes]` with the pattern for `seed`, on GPU `i`'s `lane`.
     pub fn fill(
         &self,
-        gpu: usize,
+        i: GpuIndex,
         lane: Lane,
         buf: &DeviceBuffer,
         bytes: u64,
         seed: u32,
     ) -> Result<(), CudaError> {
-        let (mut ptr, mut n, mut s) = (buf.ptr, bytes, seed);
-        let mut params = [
-            (&mut ptr) as *mut u64 as *mut c_void,
-            (&mut n) as *mut u64 as *mut c_void,
-            (&mut s) as *mut u32 as *mut c_void,
-        ];
-        let grid = self.grid_for(gpu, bytes);
-        self.launch(
-            gpu,
-            lane,
-            &self.kernels[gpu].fill,
-            grid,
-            BLOCK_THREADS,
-            &mut params,
-        )
+        let grid = self.grid_for(i, bytes);
+        self.kernels(i)
+            .fill(self.stream(i, lane), grid, buf, bytes, seed)
     }
 
-    /// Counts bytes of `buf[..bytes]` that differ from the pattern for `seed`.
-    /// Synchronises `gpu`'s `lane`.
+    /// Counts bytes of `buf[..bytes]` that differ from the pattern for
+    /// `seed`. Synchronises GPU `i`'s `lane`.
     pub fn verify(
         &self,
-        gpu: usize,
+        i: GpuIndex,
         lane: Lane,
         buf: &DeviceBuffer,
         bytes: u64,
         seed: u32,
     ) -> Result<u64, CudaError> {
-        let counter = &self.counters[gpu];
-        crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
-        // Initialise the counters on the stream the kernel runs on, so the
-        // kernel cannot start before they are set.
-        let stream = self.stream(gpu, lane).cu_stream();
-        // SAFETY: the counter buffer holds 16 bytes: 8 for the mismatch count
-        // (zeroed), 8 for the first bad index (all ones).
-        let status = unsafe { sys::cuMemsetD8Async(counter.ptr, 0, 8, stream) };
-        check(status, "cuMemsetD8Async", gpu)?;
-        // SAFETY: as above, the second 8 bytes.
-        let status = unsafe { sys::cuMemsetD8Async(counter.ptr + 8, 0xff, 8, stream) };
-        check(status, "cuMemsetD8Async", gpu)?;
-        let (mut data, mut n, mut s) = (buf.ptr, bytes, seed);
-        let (mut bad, mut first) = (counter.ptr, counter.ptr + 8);
-        let mut params = [
-            (&mut data) as *mut u64 as *mut c_void,
-            (&mut n) as *mut u64 as *mut c_void,
-            (&mut s) as *mut u32 as *mut c_void,
-            (&mut bad) as *mut u64 as *mut c_void,
-            (&mut first) as *mut u64 as *mut c_void,
-        ];
-        let grid = self.grid_for(gpu, bytes);
-        self.launch(
-            gpu,
-            lane,
-            &self.kernels[gpu].verify,
-            grid,
-            BLOCK_THREADS,
-            &mut params,
-        )?;
-        self.synchronize(gpu, lane)?;
+        let counter = &self.counters[i.0];
+        let s = self.stream(i, lane);
+        // Set the counters on the stream the kernel runs on, so it cannot
+        // start before they are: the count to 0, the first bad offset to ~0.
+        stream::memset(s, counter, 16, 0xff)?;
+        stream::memset(s, counter, 8, 0)?;
+        let grid = self.grid_for(i, bytes);
+        self.kernels(i).verify(s, grid, buf, bytes, seed, counter)?;
+        self.synchronize(i, lane)?;
         let out = counter.to_host()?;
         Ok(u64::from_le_bytes(
             out[0..8].try_into().unwrap_or([0xff; 8]),
         ))
     }
 
-    /// Sets `buf[..bytes]` to `value` on `gpu`'s `lane` (poisoning a destination).
+    /// Sets `buf[..bytes]` to `value` on GPU `i`'s `lane` (poisoning a destination).
     pub fn poison(
         &self,
-        gpu: usize,
+        i: GpuIndex,
         lane: Lane,
         buf: &DeviceBuffer,
         bytes: u64,
         value: u8,
     ) -> Result<(), CudaError> {
-        crate::cuda::memory::bind(&self.gpus[gpu].ctx, gpu)?;
-        // SAFETY: buf holds at least `bytes` bytes (callers size buffers for
-        // the largest transfer); the stream belongs to the current context.
-        let status = unsafe {
-            sys::cuMemsetD8Async(
-                buf.ptr,
-                value,
-                bytes as usize,
-                self.stream(gpu, lane).cu_stream(),
-            )
-        };
-        check(status, "cuMemsetD8Async", gpu)
+        stream::memset(self.stream(i, lane), buf, bytes, value)
     }
 
-    pub fn synchronize(&self, gpu: usize, lane: Lane) -> Result<(), CudaError> {
-        self.stream(gpu, lane)
+    /// Waits for GPU `i`'s `lane`.
+    pub fn synchronize(&self, i: GpuIndex, lane: Lane) -> Result<(), CudaError> {
+        self.stream(i, lane)
             .synchronize()
-            .map_err(CudaError::at("cuStreamSynchronize", gpu))
+            .map_err(CudaError::at("cuStreamSynchronize", self.ordinal(i)))
     }
 
     /// Waits for every stream of every GPU.
     pub fn synchronize_all(&self) -> Result<(), CudaError> {
-        for g in 0..self.gpus.len() {
-            self.synchronize(g, Lane::Out)?;
-            self.synchronize(g, Lane::In)?;
+        for i in self.indices() {
+            for l in 0..Lane::COUNT {
+                self.synchronize(i, Lane(l as u8))?;
+            }
         }
         Ok(())
     }
@@ -338,5 +369,15 @@ mod tests {
         // What `bench --modes nccl-nop2p` reached on a machine whose CUDA saw
         // no GPU: the in-process part had no GPU to build a rig on.
         assert!(matches!(Rig::new(Vec::new()), Err(CudaError::NoGpu)));
+    }
+
+    #[test]
+    fn lanes_name_themselves_and_extra_lanes_stay_in_range() {
+        assert_eq!(Lane::OUT.to_string(), "out");
+        assert_eq!(Lane::IN.to_string(), "in");
+        assert_eq!(Lane::extra(1).to_string(), "extra1");
+        assert_eq!(Lane::extra(99), Lane::extra(Lane::EXTRA - 1));
+        assert_eq!(Rig::waited_offset(12) % 8, 0);
+        assert!(Rig::waited_offset(12) >= 4 * 13);
     }
 }

@@ -5,11 +5,11 @@
 //! P2P whose data does not arrive is `p2p_data_lost`.
 
 use p2p_shared::report::bench::Mode;
-use p2p_shared::Bdf;
+use p2p_shared::{Bdf, ByteSize, GpuIndex};
 use serde::{Deserialize, Serialize};
 
 use super::rig::Rig;
-use super::transfer::{timed, Leg, Staging};
+use super::transfer::{self, timed, Leg, MethodConfig};
 use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::{peer, CudaError, Gpu};
 
@@ -19,13 +19,19 @@ pub const VERIFY_COPIES: u32 = 3;
 /// One direction and method of one pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VerifyCheck {
+    /// Source GPU.
     pub src: Bdf,
+    /// Destination GPU.
     pub dst: Bdf,
+    /// The method.
     pub mode: Mode,
+    /// Bytes per copy.
     pub bytes: u64,
+    /// Copies made (the last one's bytes are compared).
     pub copies: u32,
     /// Bytes read back and compared.
     pub checked_bytes: u64,
+    /// Bytes that differ from what was sent.
     pub mismatched_bytes: u64,
     /// Offset of the first differing byte.
     pub first_bad: Option<u64>,
@@ -57,26 +63,39 @@ fn pattern(seed: u64, bytes: usize) -> Vec<u8> {
 
 fn one(
     rig: &Rig,
-    staging: &mut Staging,
-    (s, d): (usize, usize),
+    (s, d): (GpuIndex, GpuIndex),
     mode: Mode,
     bytes: usize,
     seed: u64,
 ) -> Result<(u64, u64, Option<u64>), CudaError> {
     let sent = pattern(seed, bytes);
-    let src = DeviceBuffer::new(&rig.gpus[s], bytes)?;
-    let dst = DeviceBuffer::new(&rig.gpus[d], bytes)?;
+    let src = DeviceBuffer::new(rig.gpu(s), bytes)?;
+    let dst = DeviceBuffer::new(rig.gpu(d), bytes)?;
     src.copy_from_host(&sent)?;
     dst.fill_bytes(0xa5)?;
     rig.synchronize_all()?;
     let leg = Leg {
-        mode,
         src: s,
         dst: d,
         src_buf: &src,
         dst_buf: &dst,
     };
-    timed(rig, staging, &[leg], bytes as u64, VERIFY_COPIES, false)?;
+    let cfg = MethodConfig {
+        staged_chunk: ByteSize(8 << 20),
+        staged_depth: 4,
+    };
+    let mut method = transfer::method(mode, &cfg).ok_or_else(|| CudaError::Device {
+        ordinal: rig.ordinal(s),
+        what: format!("{mode} is not a copy"),
+    })?;
+    timed(
+        rig,
+        method.as_mut(),
+        &[leg],
+        bytes as u64,
+        VERIFY_COPIES,
+        false,
+    )?;
     rig.synchronize_all()?;
     let got = dst.to_host()?;
     let mut bad = 0u64;
@@ -90,6 +109,9 @@ fn one(
     Ok((got.len() as u64, bad, first))
 }
 
+/// The methods every enabled pair is checked with.
+pub const VERIFY_MODES: [Mode; 3] = [Mode::Ce, Mode::SmRead, Mode::SmWrite];
+
 /// Moves `bytes` both ways between `a` and `b` (CUDA GPUs the decision
 /// enables) with every method, peer access on.
 ///
@@ -101,16 +123,13 @@ pub fn pair(a: &Gpu, b: &Gpu, bytes: usize) -> Result<Vec<VerifyCheck>, CudaErro
         peer::enable(b, a)?;
     }
     let rig = Rig::new(vec![a.clone(), b.clone()])?;
-    let mut staging = Staging::new(8 << 20, 4);
     let mut out = Vec::new();
-    for (k, (s, d)) in [(0usize, 1usize), (1, 0)].into_iter().enumerate() {
-        for (m, mode) in [Mode::Ce, Mode::SmRead, Mode::SmWrite]
-            .into_iter()
-            .enumerate()
-        {
+    let (ia, ib) = (GpuIndex(0), GpuIndex(1));
+    for (k, (s, d)) in [(ia, ib), (ib, ia)].into_iter().enumerate() {
+        for (m, mode) in VERIFY_MODES.into_iter().enumerate() {
             let seed = 0x9e37_79b9_7f4a_7c15 ^ ((k as u64) << 8 | m as u64);
-            let (src, dst) = (rig.gpus[s].bdf, rig.gpus[d].bdf);
-            let check = match one(&rig, &mut staging, (s, d), mode, bytes, seed) {
+            let (src, dst) = (rig.gpu(s).bdf, rig.gpu(d).bdf);
+            let check = match one(&rig, (s, d), mode, bytes, seed) {
                 Ok((checked, bad, first)) => VerifyCheck {
                     src,
                     dst,

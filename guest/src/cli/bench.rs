@@ -6,42 +6,61 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use p2p_guest::bench::plan::{parse_size, DEFAULT_SIZES};
+use p2p_guest::bench::plan::{bench_size, DEFAULT_SIZES};
+use p2p_guest::bench::transfer::{self, Hold, MethodConfig, PeerAccess};
 use p2p_guest::bench::{run, BenchConfig, PairSelection, PeerPolicy, Progress, SmCopy};
-use p2p_shared::report::bench::{BenchReport, Direction, Mode};
+use p2p_shared::report::bench::{BenchReport, Direction, Mode, ModeParseError};
+use p2p_shared::report::Table;
+use p2p_shared::{ByteSize, CudaOrdinal};
 
-fn parse_mode(s: &str) -> Result<Mode, String> {
+fn parse_mode(s: &str) -> Result<Mode, ModeParseError> {
     s.to_ascii_lowercase().parse()
 }
 
-pub fn parse_variant(s: &str) -> Result<usize, String> {
-    let names = p2p_kernels::entry::COPY_VARIANTS;
-    names
+/// An SM copy kernel name that is not one of the variants.
+#[derive(Debug, thiserror::Error)]
+#[error("'{0}': one of {names}", names = p2p_kernels::copy::VARIANTS.join(", "))]
+pub struct VariantError(String);
+
+/// The index of the SM copy kernel variant named `s`.
+pub fn parse_variant(s: &str) -> Result<usize, VariantError> {
+    p2p_kernels::copy::VARIANTS
         .iter()
         .position(|n| n.eq_ignore_ascii_case(s))
-        .ok_or_else(|| format!("'{s}': one of {}", names.join(", ")))
+        .ok_or_else(|| VariantError(s.to_string()))
 }
 
-fn parse_direction(s: &str) -> Result<Direction, String> {
+/// A direction that is neither `uni` nor `bi`.
+#[derive(Debug, thiserror::Error)]
+#[error("'{0}': want uni or bi")]
+struct DirectionError(String);
+
+fn parse_direction(s: &str) -> Result<Direction, DirectionError> {
     match s.to_ascii_lowercase().as_str() {
         "uni" => Ok(Direction::Uni),
         "bi" => Ok(Direction::Bi),
-        _ => Err(format!("'{s}': want uni or bi")),
+        _ => Err(DirectionError(s.to_string())),
     }
 }
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Ordered GPU pairs to measure: every pair, or only those the decision allows.
+    /// Ordered GPU pairs to measure: every pair, only those the decision
+    /// allows, or each GPU with itself (device-local copies).
     #[arg(long, value_enum, ignore_case = true, default_value = "all")]
     pairs: PairSelection,
-    /// Modes: ce, sm-read, sm-write, staged, driver, nccl, nccl-nop2p, pingpong.
+    /// Modes: ce, sm-read, sm-write, staged, driver, nccl, nccl-nop2p,
+    /// pingpong, max (every engine at once; `--list-modes` says what each needs).
     #[arg(long, value_delimiter = ',', value_parser = parse_mode,
           default_value = "ce,sm-read,sm-write,staged,driver,nccl,nccl-nop2p,pingpong")]
     modes: Vec<Mode>,
-    /// Copy sizes (K, M, G are powers of 1024). Default: 4 B to 1 GiB.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
-    sizes: Vec<u64>,
+    /// Print every mode with what it needs and exit.
+    #[arg(long)]
+    list_modes: bool,
+    /// Copy sizes (256M, 256MiB, 0x1000; K, M, G are powers of 1024).
+    /// Default: 4 B to 1 GiB.
+    #[arg(long, value_delimiter = ',', value_parser = bench_size)]
+    sizes: Vec<ByteSize>,
     /// Directions to measure.
     #[arg(long, value_delimiter = ',', value_parser = parse_direction, default_value = "uni,bi")]
     directions: Vec<Direction>,
@@ -49,7 +68,7 @@ pub struct BenchArgs {
     /// can do, or none (every copy takes the driver's staged path).
     #[arg(long, value_enum, ignore_case = true, default_value = "decision")]
     peer_access: PeerPolicy,
-    /// CUDA ordinals to use (default: all).
+    /// CUDA ordinals to use (default: all); reports number them 0.. in this order.
     #[arg(long, value_delimiter = ',')]
     gpus: Option<Vec<usize>>,
     /// Timed samples per measurement.
@@ -59,14 +78,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     warmup: u32,
     /// Size the bandwidth matrices are printed at.
-    #[arg(long, value_parser = parse_size, default_value = "256M")]
-    headline_size: u64,
+    #[arg(long, value_parser = bench_size, default_value = "256M")]
+    headline_size: ByteSize,
     /// Size the latency matrices are printed at.
-    #[arg(long, value_parser = parse_size, default_value = "16")]
-    latency_size: u64,
+    #[arg(long, value_parser = bench_size, default_value = "16")]
+    latency_size: ByteSize,
     /// Chunk size of the staged pipeline.
-    #[arg(long, value_parser = parse_size, default_value = "8M")]
-    staged_chunk: u64,
+    #[arg(long, value_parser = bench_size, default_value = "8M")]
+    staged_chunk: ByteSize,
     /// Pinned chunks in flight in the staged pipeline.
     #[arg(long, default_value_t = 4)]
     staged_depth: usize,
@@ -140,9 +159,68 @@ impl Progress for Bar {
     }
 }
 
+/// `--list-modes`: every mode and what it needs, from the methods themselves.
+fn list_modes() -> String {
+    let cfg = MethodConfig {
+        staged_chunk: ByteSize(8 << 20),
+        staged_depth: 4,
+    };
+    let mut t = Table::new([
+        "MODE",
+        "PEER ACCESS",
+        "HOST STAGING",
+        "SM KERNEL",
+        "SPIN HOLD",
+    ]);
+    let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+    for mode in Mode::ALL {
+        let row = match transfer::method(mode, &cfg) {
+            Some(m) => {
+                let n = m.needs();
+                [
+                    mode.to_string(),
+                    match n.peer_access {
+                        PeerAccess::Required => "required",
+                        PeerAccess::Used => "used when on",
+                        PeerAccess::Off => "turned off",
+                        PeerAccess::Unused => "not used",
+                    }
+                    .into(),
+                    yes(n.host_staging),
+                    yes(n.sm_kernel),
+                    match n.hold {
+                        Hold::Always => "yes",
+                        Hold::WithPeerAccess => "with peer access",
+                        Hold::Never => "no",
+                    }
+                    .into(),
+                ]
+            }
+            None => [
+                mode.to_string(),
+                match mode {
+                    Mode::Pingpong => "required",
+                    Mode::NcclNoP2p => "NCCL_P2P_DISABLE=1",
+                    _ => "NCCL decides",
+                }
+                .into(),
+                "-".into(),
+                yes(mode == Mode::Pingpong),
+                "no".into(),
+            ],
+        };
+        t.row(row);
+    }
+    t.render()
+}
+
 pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
-    let sizes = if args.sizes.is_empty() {
-        DEFAULT_SIZES.to_vec()
+    if args.list_modes {
+        print!("{}", list_modes());
+        return Ok(());
+    }
+    let sizes: Vec<ByteSize> = if args.sizes.is_empty() {
+        DEFAULT_SIZES.map(ByteSize).to_vec()
     } else {
         args.sizes.clone()
     };
@@ -165,12 +243,15 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
         sizes: sizes.clone(),
         pairs: args.pairs,
         peer_access: args.peer_access,
-        gpus: args.gpus.clone(),
+        gpus: args
+            .gpus
+            .as_ref()
+            .map(|g| g.iter().copied().map(CudaOrdinal).collect()),
         samples: args.samples.max(1),
         warmup: args.warmup,
         headline_bytes: args.headline_size,
         latency_bytes: args.latency_size,
-        staged_chunk: args.staged_chunk as usize,
+        staged_chunk: args.staged_chunk,
         staged_depth: args.staged_depth,
         pingpong_rounds: args.pingpong_rounds.max(1),
         sm_copy: SmCopy {
@@ -213,10 +294,10 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
 /// relabels its results.
 fn nccl_without_p2p(
     args: &BenchArgs,
-    sizes: &[u64],
+    sizes: &[ByteSize],
 ) -> anyhow::Result<Vec<p2p_shared::report::bench::Measurement>> {
     let exe = std::env::current_exe().context("locating p2p-guest for the NCCL child run")?;
-    let size_list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let size_list: Vec<String> = sizes.iter().map(|s| s.0.to_string()).collect();
     let mut cmd = Command::new(exe);
     cmd.args([
         "bench",

@@ -33,8 +33,8 @@ pub struct ProbeArgs {
     #[arg(long, conflicts_with = "no_driver")]
     verify: bool,
     /// Bytes moved per verification copy.
-    #[arg(long, value_parser = p2p_guest::bench::plan::parse_size, default_value = "4M")]
-    verify_size: u64,
+    #[arg(long, value_parser = p2p_guest::bench::plan::bench_size, default_value = "4M")]
+    verify_size: p2p_shared::ByteSize,
 }
 
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
@@ -58,7 +58,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
                 report.cuda.why.as_deref().unwrap_or("unavailable")
             );
         };
-        verify_enabled(&mut report, cuda, args.verify_size as usize)?;
+        verify_enabled(&mut report, cuda, args.verify_size.as_usize())?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -95,7 +95,7 @@ fn verify_enabled(report: &mut ProbeReport, cuda: &Cuda, bytes: usize) -> anyhow
         let (Some(oa), Some(ob)) = (ordinal(p.a), ordinal(p.b)) else {
             continue;
         };
-        let (a, b) = (&cuda.gpus[oa], &cuda.gpus[ob]);
+        let (a, b) = (&cuda.gpus[oa.0], &cuda.gpus[ob.0]);
         checks.extend(
             verify::pair(a, b, bytes).with_context(|| format!("verifying {} {}", p.a, p.b))?,
         );

@@ -4,18 +4,19 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use p2p_guest::bench::plan::parse_size;
+use p2p_guest::bench::plan::bench_size;
 use p2p_guest::bench::{tune_sm, BenchConfig, PairSelection, PeerPolicy, SmCopy};
 use p2p_shared::report::bench::Direction;
 use p2p_shared::report::Table;
+use p2p_shared::ByteSize;
 
 use super::bench::Bar;
 
 #[derive(Debug, Args)]
 pub struct TuneArgs {
     /// Copy size.
-    #[arg(long, value_parser = parse_size, default_value = "256M")]
-    size: u64,
+    #[arg(long, value_parser = bench_size, default_value = "256M")]
+    size: ByteSize,
     /// Blocks per SM to try.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     blocks_per_sm: Vec<u32>,
@@ -43,8 +44,8 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         samples: args.samples.max(1),
         warmup: 2,
         headline_bytes: args.size,
-        latency_bytes: 16,
-        staged_chunk: 8 << 20,
+        latency_bytes: ByteSize(16),
+        staged_chunk: ByteSize(8 << 20),
         staged_depth: 4,
         pingpong_rounds: 1,
         sm_copy: SmCopy::default(),

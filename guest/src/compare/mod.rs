@@ -8,25 +8,36 @@ use std::fmt::Write;
 
 use p2p_shared::report::bench::{BenchReport, Direction, Measurement, Mode};
 use p2p_shared::report::significant;
-use p2p_shared::report::{size_label, Table};
+use p2p_shared::report::Table;
+use p2p_shared::{ByteSize, GpuIndex};
 use serde::Serialize;
 
 /// One matched measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CompareRow {
+    /// How the bytes were moved (copy engine, SM kernel, staged, NCCL, ...).
     pub mode: Mode,
+    /// One direction, or both at once.
     pub direction: Direction,
-    pub src: Option<usize>,
-    pub dst: Option<usize>,
+    /// Source GPU (its index in the runs); None for collective modes.
+    pub src: Option<GpuIndex>,
+    /// Destination GPU (its index in the runs); None for collective modes.
+    pub dst: Option<GpuIndex>,
+    /// Bytes per copy (per direction); per rank for NCCL.
     pub bytes: u64,
+    /// Median GB/s in the base run.
     pub base_gbps: f64,
+    /// Median GB/s in the other run.
     pub other_gbps: f64,
     /// other / base.
     pub bandwidth_ratio: f64,
     /// How much bandwidth `other` loses against `base`, in percent.
     pub bandwidth_overhead_pct: f64,
+    /// Median microseconds per copy in the base run.
     pub base_latency_us: f64,
+    /// Median microseconds per copy in the other run.
     pub other_latency_us: f64,
+    /// other / base latency; NaN when the base latency is 0.
     pub latency_ratio: f64,
     /// How much longer `other` takes per copy, in percent.
     pub latency_overhead_pct: f64,
@@ -38,18 +49,22 @@ pub struct Comparison {
     /// `vp2p.compare/1`.
     #[serde(default)]
     pub schema: String,
+    /// The base run's label, or `base` when it has none.
     pub base_label: String,
+    /// The other run's label, or `other` when it has none.
     pub other_label: String,
+    /// Matched measurements, by mode, direction, pair and size.
     pub rows: Vec<CompareRow>,
     /// Verified measurements present in only one run.
     pub only_in_base: usize,
+    /// Verified measurements of the other run with no match in the base.
     pub only_in_other: usize,
 }
 
 /// Schema tag of `compare --json`.
 pub const COMPARE_SCHEMA: &str = "vp2p.compare/1";
 
-fn key(m: &Measurement) -> (Mode, Direction, Option<usize>, Option<usize>, u64) {
+fn key(m: &Measurement) -> (Mode, Direction, Option<GpuIndex>, Option<GpuIndex>, u64) {
     (m.mode, m.direction, m.src, m.dst, m.bytes)
 }
 
@@ -108,6 +123,8 @@ fn label(r: &BenchReport, fallback: &str) -> String {
 }
 
 impl Comparison {
+    /// One table per mode and direction: both runs' bandwidth and latency
+    /// per pair and size, with the ratio and overheads.
     pub fn render_text(&self) -> String {
         let mut out = format!(
             "base: {}   other: {}   ({} matched, {} only in base, {} only in other)\n",
@@ -148,12 +165,12 @@ impl Comparison {
                 .filter(|r| r.mode == mode && r.direction == dir)
             {
                 let pair = match (r.src, r.dst) {
-                    (Some(s), Some(d)) => format!("{s}->{d}"),
+                    (Some(s), Some(d)) => format!("{}->{}", s.0, d.0),
                     _ => "all".into(),
                 };
                 t.row([
                     pair,
-                    size_label(r.bytes),
+                    ByteSize(r.bytes).to_string(),
                     significant(r.base_gbps),
                     significant(r.other_gbps),
                     format!("{:.3}", r.bandwidth_ratio),

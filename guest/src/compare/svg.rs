@@ -4,21 +4,24 @@
 use std::path::Path;
 
 use p2p_shared::report::bench::{BenchReport, Direction, Mode};
-use p2p_shared::report::{significant, size_label};
+use p2p_shared::report::significant;
+use p2p_shared::{ByteSize, GpuIndex};
 use plotters::prelude::*;
 
 /// Why the plot could not be drawn.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {why}")]
 pub struct PlotError {
+    /// The SVG file being drawn.
     pub path: String,
+    /// What went wrong: plotters' error, or nothing to plot.
     pub why: String,
 }
 
 type Curve = Vec<(f64, f64)>;
 
 fn curves(r: &BenchReport, mode: Mode, dir: Direction) -> Vec<(String, Curve)> {
-    let mut keys: Vec<(Option<usize>, Option<usize>)> = r
+    let mut keys: Vec<(Option<GpuIndex>, Option<GpuIndex>)> = r
         .results
         .iter()
         .filter(|m| m.mode == mode && m.direction == dir && m.verification.ok())
@@ -43,7 +46,7 @@ fn curves(r: &BenchReport, mode: Mode, dir: Direction) -> Vec<(String, Curve)> {
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             let name = match (s, d) {
-                (Some(s), Some(d)) => format!("{s}->{d}"),
+                (Some(s), Some(d)) => format!("{}->{}", s.0, d.0),
                 _ => "all".into(),
             };
             (name, pts)
@@ -56,7 +59,7 @@ fn curves(r: &BenchReport, mode: Mode, dir: Direction) -> Vec<(String, Curve)> {
 fn binary_size(log2: f64) -> String {
     let r = log2.round();
     if (log2 - r).abs() < 1e-6 && (0.0..63.0).contains(&r) {
-        size_label(1u64 << r as u32)
+        ByteSize(1u64 << r as u32).to_string()
     } else {
         format!("2^{log2:.1} B")
     }

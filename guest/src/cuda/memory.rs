@@ -5,16 +5,19 @@
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext};
+use p2p_shared::CudaOrdinal;
 
 use super::{check, CudaError, Gpu};
 
-/// `bytes` of device memory on one GPU.
+/// `bytes` of device memory on one GPU. Its address stays inside `cuda/`:
+/// copies and kernels take the buffer and check their range against it.
 #[derive(Debug)]
 pub struct DeviceBuffer {
-    pub ptr: sys::CUdeviceptr,
+    pub(super) ptr: sys::CUdeviceptr,
+    /// Its size.
     pub bytes: usize,
-    ctx: Arc<CudaContext>,
-    ordinal: usize,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) ordinal: CudaOrdinal,
 }
 
 impl DeviceBuffer {
@@ -56,6 +59,23 @@ impl DeviceBuffer {
         check(status, "cuMemcpyHtoD", self.ordinal)
     }
 
+    /// The GPU it lives on.
+    pub fn ordinal(&self) -> CudaOrdinal {
+        self.ordinal
+    }
+
+    /// The device address of `off..off + len`, or a bounds error naming `what`.
+    pub(super) fn range(&self, off: u64, len: u64, what: &str) -> Result<u64, CudaError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.bytes as u64 => Ok(self.ptr + off),
+            _ => Err(CudaError::Bounds {
+                ordinal: self.ordinal,
+                what: format!("{what} of {len} bytes at offset {off}"),
+                bytes: self.bytes,
+            }),
+        }
+    }
+
     /// Reads the buffer back (for small checks and tests).
     pub fn to_host(&self) -> Result<Vec<u8>, CudaError> {
         bind(&self.ctx, self.ordinal)?;
@@ -80,10 +100,12 @@ impl Drop for DeviceBuffer {
 /// Page-locked host memory mapped into every context (portable + device-mapped).
 #[derive(Debug)]
 pub struct PinnedBuffer {
-    pub host: *mut u8,
-    pub device: sys::CUdeviceptr,
+    pub(super) host: *mut u8,
+    pub(super) device: sys::CUdeviceptr,
+    /// Its size.
     pub bytes: usize,
     ctx: Arc<CudaContext>,
+    ordinal: CudaOrdinal,
 }
 
 // SAFETY: the buffer is plain memory owned by this value; the driver allows
@@ -110,7 +132,20 @@ impl PinnedBuffer {
             device,
             bytes,
             ctx: Arc::clone(&gpu.ctx),
+            ordinal: gpu.ordinal,
         })
+    }
+
+    /// The device address of byte `off` as kernels see it, or a bounds error.
+    pub(super) fn device_at(&self, off: u64, len: u64, what: &str) -> Result<u64, CudaError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.bytes as u64 => Ok(self.device + off),
+            _ => Err(CudaError::Bounds {
+                ordinal: self.ordinal,
+                what: format!("{what} of {len} bytes at offset {off}"),
+                bytes: self.bytes,
+            }),
+        }
     }
 
     /// Writes a 32-bit word at `index` with a volatile store, for flags that
@@ -167,7 +202,7 @@ impl Drop for PinnedBuffer {
 }
 
 /// Makes `ctx` current on this thread.
-pub(crate) fn bind(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<(), CudaError> {
+pub(crate) fn bind(ctx: &Arc<CudaContext>, ordinal: CudaOrdinal) -> Result<(), CudaError> {
     ctx.bind_to_thread()
         .map_err(CudaError::at("cuCtxSetCurrent", ordinal))
 }

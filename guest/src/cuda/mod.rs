@@ -2,45 +2,81 @@
 //! starts without CUDA, and says so instead of failing when the driver,
 //! NVRTC or NCCL is absent.
 
+pub mod kernels;
 pub mod memory;
 pub mod peer;
 pub mod program;
+pub mod stream;
 
 use std::ffi::CStr;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
-use p2p_shared::Bdf;
+use p2p_shared::{Bdf, CudaOrdinal};
 
-/// Why a CUDA call failed, naming the call and the GPU.
+/// Why a CUDA call failed, naming the call and the GPU (by CUDA ordinal).
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
+    /// `libcuda.so` could not be loaded.
     #[error("the CUDA driver library (libcuda.so) is not installed or not in the loader path")]
     NoDriver,
-    #[error("{call} on GPU {ordinal}: {source}")]
+    /// A driver call on one GPU failed.
+    #[error("{call} on CUDA device {ordinal}: {source}")]
     Call {
+        /// The driver function.
         call: &'static str,
-        ordinal: usize,
+        /// The GPU it was called for.
+        ordinal: CudaOrdinal,
+        /// The driver's error.
         source: DriverError,
     },
+    /// A driver call not tied to one GPU failed.
     #[error("{call}: {source}")]
     Global {
+        /// The driver function.
         call: &'static str,
+        /// The driver's error.
         source: DriverError,
     },
+    /// NVRTC refused the kernels' source.
     #[error("NVRTC could not compile the kernels for sm_{major}{minor}: {log}")]
-    Compile { major: i32, minor: i32, log: String },
+    Compile {
+        /// Compute capability, major.
+        major: i32,
+        /// Compute capability, minor.
+        minor: i32,
+        /// NVRTC's log.
+        log: String,
+    },
+    /// `libnvrtc.so` could not be loaded.
     #[error("the NVRTC library (libnvrtc.so) is not installed or not in the loader path")]
     NoNvrtc,
-    #[error("GPU {ordinal}: {what}")]
-    Device { ordinal: usize, what: String },
+    /// Something on one GPU that is not a failed call (a lost ping-pong, NCCL).
+    #[error("CUDA device {ordinal}: {what}")]
+    Device {
+        /// The GPU.
+        ordinal: CudaOrdinal,
+        /// What happened.
+        what: String,
+    },
+    /// A copy or kernel would reach past the end of a buffer; nothing was queued.
+    #[error("CUDA device {ordinal}: {what} reaches past the end of a {bytes}-byte buffer")]
+    Bounds {
+        /// The buffer's GPU.
+        ordinal: CudaOrdinal,
+        /// The operation and its range.
+        what: String,
+        /// The buffer's size.
+        bytes: usize,
+    },
+    /// No GPU was there to work on.
     #[error("no GPU to work on: CUDA sees none, or none was selected")]
     NoGpu,
 }
 
 impl CudaError {
     /// For `map_err`: a driver error from `call` on GPU `ordinal`.
-    pub fn at(call: &'static str, ordinal: usize) -> impl FnOnce(DriverError) -> CudaError {
+    pub fn at(call: &'static str, ordinal: CudaOrdinal) -> impl FnOnce(DriverError) -> CudaError {
         move |source| CudaError::Call {
             call,
             ordinal,
@@ -53,7 +89,7 @@ impl CudaError {
 pub(crate) fn check(
     status: sys::CUresult,
     call: &'static str,
-    ordinal: usize,
+    ordinal: CudaOrdinal,
 ) -> Result<(), CudaError> {
     status.result().map_err(|source| CudaError::Call {
         call,
@@ -83,24 +119,40 @@ pub fn nccl_present() -> bool {
 /// One CUDA device with its primary context.
 #[derive(Debug, Clone)]
 pub struct Gpu {
-    pub ordinal: usize,
+    /// CUDA's device ordinal.
+    pub ordinal: CudaOrdinal,
+    /// Its PCI address, as the driver reports it.
     pub bdf: Bdf,
+    /// The device's name (`NVIDIA H200`).
     pub name: String,
+    /// Compute capability (major, minor).
     pub compute_capability: (i32, i32),
+    /// Device memory in bytes.
     pub memory_bytes: u64,
+    /// Its primary context.
     pub ctx: Arc<CudaContext>,
 }
 
 impl Gpu {
+    /// The driver's device handle.
     pub fn cu_device(&self) -> sys::CUdevice {
         self.ctx.cu_device()
+    }
+
+    /// An integer device attribute (SM count, copy engines, ...).
+    pub fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, CudaError> {
+        self.ctx
+            .attribute(attr)
+            .map_err(CudaError::at("cuDeviceGetAttribute", self.ordinal))
     }
 }
 
 /// The driver and its GPUs, in CUDA ordinal order.
 #[derive(Debug, Clone)]
 pub struct Cuda {
+    /// cuDriverGetVersion, for example 13000.
     pub driver_api: i32,
+    /// Every GPU CUDA sees.
     pub gpus: Vec<Gpu>,
 }
 
@@ -118,19 +170,20 @@ impl Cuda {
         let mut version = 0;
         // SAFETY: writes one int through a valid pointer.
         let status = unsafe { sys::cuDriverGetVersion(&mut version) };
-        check(status, "cuDriverGetVersion", 0)?;
+        check(status, "cuDriverGetVersion", CudaOrdinal(0))?;
         let count = result::device::get_count().map_err(|source| CudaError::Global {
             call: "cuDeviceGetCount",
             source,
         })?;
         let mut gpus = Vec::new();
-        for ordinal in 0..count.max(0) as usize {
+        for n in 0..count.max(0) as usize {
+            let ordinal = CudaOrdinal(n);
             let call = |call, source| CudaError::Call {
                 call,
                 ordinal,
                 source,
             };
-            let ctx = CudaContext::new(ordinal).map_err(|e| call("cuDevicePrimaryCtxRetain", e))?;
+            let ctx = CudaContext::new(n).map_err(|e| call("cuDevicePrimaryCtxRetain", e))?;
             // SAFETY: no stream of ours relies on cudarc's automatic event
             // tracking; every timed sequence synchronises explicitly.
             unsafe { ctx.disable_event_tracking() };
@@ -157,7 +210,7 @@ impl Cuda {
 }
 
 /// The PCI address of a device, as the driver reports it.
-fn pci_bus_id(dev: sys::CUdevice, ordinal: usize) -> Result<Bdf, CudaError> {
+fn pci_bus_id(dev: sys::CUdevice, ordinal: CudaOrdinal) -> Result<Bdf, CudaError> {
     let mut buf = [0 as std::ffi::c_char; 32];
     // SAFETY: the buffer is 32 bytes and its length is passed; the driver
     // writes a NUL-terminated string no longer than that.

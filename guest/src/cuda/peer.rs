@@ -1,6 +1,7 @@
 //! What the driver says about peer access between two GPUs, and turning it on.
 
 use cudarc::driver::sys;
+use p2p_shared::CudaOrdinal;
 use serde::{Deserialize, Serialize};
 
 use super::memory::bind;
@@ -9,8 +10,10 @@ use super::{check, CudaError, Gpu};
 /// The driver's view of one ordered pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeerAnswer {
-    pub src: usize,
-    pub dst: usize,
+    /// The accessing GPU.
+    pub src: CudaOrdinal,
+    /// The GPU whose memory it would access.
+    pub dst: CudaOrdinal,
     /// cuDeviceCanAccessPeer(src, dst).
     pub can_access: bool,
     /// CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK.

@@ -4,24 +4,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use p2p_kernels::{entry, SOURCE};
+use p2p_kernels as k;
 
+use super::kernels::Kernels;
 use super::{CudaError, Gpu};
-
-/// One GPU's loaded kernels.
-#[derive(Debug, Clone)]
-pub struct Kernels {
-    pub spin: CudaFunction,
-    pub pingpong: CudaFunction,
-    pub fill: CudaFunction,
-    pub verify: CudaFunction,
-    pub reduce_check: CudaFunction,
-    /// Every SM copy variant, by name, `copy` first.
-    pub copy_variants: Vec<(&'static str, CudaFunction)>,
-    _module: Arc<CudaModule>,
-}
 
 /// Compiles once per compute capability and loads into every GPU.
 pub fn load_all(gpus: &[Gpu]) -> Result<Vec<Kernels>, CudaError> {
@@ -43,11 +30,12 @@ pub fn load_all(gpus: &[Gpu]) -> Result<Vec<Kernels>, CudaError> {
                     name: Some("vp2p_kernels.cu".into()),
                     ..Default::default()
                 };
-                let ptx = compile_ptx_with_opts(SOURCE, opts).map_err(|e| CudaError::Compile {
-                    major,
-                    minor,
-                    log: e.to_string(),
-                })?;
+                let ptx =
+                    compile_ptx_with_opts(k::SOURCE, opts).map_err(|e| CudaError::Compile {
+                        major,
+                        minor,
+                        log: e.to_string(),
+                    })?;
                 ptx_by_cc.insert((major, minor), ptx.clone());
                 ptx
             }
@@ -67,14 +55,15 @@ pub fn load_all(gpus: &[Gpu]) -> Result<Vec<Kernels>, CudaError> {
                 .map_err(|e| call("cuModuleGetFunction", e))
         };
         out.push(Kernels {
-            spin: f(entry::SPIN)?,
-            pingpong: f(entry::PINGPONG)?,
-            fill: f(entry::FILL)?,
-            verify: f(entry::VERIFY)?,
-            reduce_check: f(entry::REDUCE_CHECK)?,
-            copy_variants: entry::COPY_VARIANTS
+            ordinal: gpu.ordinal,
+            spin: f(k::spin::ENTRY)?,
+            pingpong: f(k::pingpong::ENTRY)?,
+            fill: f(k::fill::ENTRY)?,
+            verify: f(k::verify::ENTRY)?,
+            reduce_check: f(k::reduce_check::ENTRY)?,
+            copy_variants: k::copy::VARIANTS
                 .iter()
-                .map(|n| f(n).map(|func| (*n, func)))
+                .map(|n| f(n))
                 .collect::<Result<_, _>>()?,
             _module: Arc::clone(&module),
         });

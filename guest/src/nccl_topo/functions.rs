@@ -13,11 +13,17 @@ use crate::probe::sysfs::resolve_root;
 /// One guest PCI function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestFunction {
+    /// PCI vendor id.
     pub vendor: u16,
+    /// PCI device id.
     pub device: u16,
+    /// PCI class code (class, subclass, programming interface).
     pub class: u32,
+    /// Subsystem vendor id; None when sysfs has no `subsystem_vendor`.
     pub subsystem_vendor: Option<u16>,
+    /// Subsystem device id; None when sysfs has no `subsystem_device`.
     pub subsystem_device: Option<u16>,
+    /// Current and maximum PCIe link speed and width, as far as sysfs tells.
     pub link: LinkInfo,
     /// None when sysfs says -1 or has no `numa_node`.
     pub numa_node: Option<u32>,

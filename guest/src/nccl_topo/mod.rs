@@ -23,25 +23,45 @@ pub const NCCL_TOPO_SCHEMA: &str = "vp2p.nccl-topo/1";
 /// Why a file could not be made, read or installed.
 #[derive(Debug, thiserror::Error)]
 pub enum NcclTopoError {
+    /// A file or directory could not be read or written.
     #[error("{path}: {why}")]
-    Io { path: PathBuf, why: String },
-    #[error("{path}:{line}: {why}")]
-    Parse {
+    Io {
+        /// The file or directory.
         path: PathBuf,
-        line: u32,
+        /// The I/O error, or what is wrong with the contents.
         why: String,
     },
+    /// The topology XML is malformed or lacks something NCCL needs.
+    #[error("{path}:{line}: {why}")]
+    Parse {
+        /// The file read.
+        path: PathBuf,
+        /// Line of the offending element, counting from 1.
+        line: u32,
+        /// What is wrong.
+        why: String,
+    },
+    /// Scanning the guest's GPUs in sysfs failed.
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    /// The host's file is not in the guest's fw_cfg directory.
     #[error("{path}: no fw_cfg file here: the VM was started without `-fw_cfg name={FW_CFG_NAME},...`, or the guest lacks the qemu_fw_cfg driver (`modprobe qemu_fw_cfg`); or pass --from FILE")]
-    NoFwCfg { path: PathBuf },
+    NoFwCfg {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The file's `<pci>` nodes do not match this VM's PCI functions.
     #[error("{path} does not match this VM: {}", mismatches.join("; "))]
     Mismatch {
+        /// The file read.
         path: PathBuf,
+        /// One line per `<pci>` that did not match.
         mismatches: Vec<String>,
     },
+    /// The sysfs tree holds no NVIDIA GPU.
     #[error("no NVIDIA GPU in {0}")]
     NoGpu(PathBuf),
+    /// `--assume-clique` named an address that is not an NVIDIA GPU of this VM.
     #[error("--assume-clique: {0} is not an NVIDIA GPU of this VM")]
     NotAGpu(Bdf),
 }
@@ -57,7 +77,10 @@ pub fn fw_cfg_path(sysfs_root: &Path) -> PathBuf {
 /// One GPU of a derived file: its clique and the switch it was put below.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DerivedGpu {
+    /// The GPU's PCI address in the guest (its `<pci busid>`).
     pub busid: Bdf,
+    /// Its clique (from `--assume-clique` or its capability); None when it has
+    /// none.
     pub clique: Option<u8>,
     /// The invented switch's bus id; None when the GPU hangs from its CPU.
     pub switch: Option<Bdf>,
@@ -66,24 +89,30 @@ pub struct DerivedGpu {
 /// One check of a file against the guest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileCheck {
+    /// The `<pci busid>` checked.
     pub busid: Bdf,
     /// What the file says: `GPU 0x10de:0x2335`, `switch`.
     pub expected: String,
     /// What the guest has there.
     pub found: String,
+    /// Whether the guest's function fits what the file says.
     pub ok: bool,
 }
 
 /// What `p2p-guest nccl-topo` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclTopoReport {
+    /// Always `vp2p.nccl-topo/1`.
     pub schema: String,
     /// `cliques` (derived here) or the file read (`fw_cfg` path or --from).
     pub source: String,
+    /// The GPUs of a derived file; empty when a file was read.
     pub gpus: Vec<DerivedGpu>,
+    /// Each `<pci>` of a read file against the guest; empty when derived.
     pub checks: Vec<FileCheck>,
     /// Where the file was written, when it was.
     pub installed: Option<PathBuf>,
+    /// The topology XML, as written or as it would be written.
     pub xml: String,
 }
 

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 /// One GPU's NVLinks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuLinks {
+    /// The GPU's PCI address in the guest.
     pub bdf: Bdf,
+    /// Links NVML reports active (links 0 to 17 are asked).
     pub active: u32,
     /// Active links ending on another GPU of this VM.
     pub to_gpus: u32,
@@ -22,7 +24,9 @@ pub struct GpuLinks {
 /// An NVLink P2P path NVML reports between two GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvLinkPair {
+    /// One GPU of the pair.
     pub a: Bdf,
+    /// The other GPU of the pair.
     pub b: Bdf,
     /// Direct links, or the smaller switch link count (what nvidia-smi prints).
     pub count: u32,
@@ -31,13 +35,19 @@ pub struct NvLinkPair {
 /// NVML's picture, or why there is none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvLinkView {
+    /// The NVIDIA driver's version as NVML reports it; None when unknown.
     pub driver_version: Option<String>,
+    /// Each GPU's NVLinks, in NVML's device order.
     pub gpus: Vec<GpuLinks>,
+    /// GPU pairs with an NVLink P2P path; pairs without one are left out.
     pub pairs: Vec<NvLinkPair>,
+    /// Why NVML could not be asked; None when it answered.
     pub unavailable: Option<String>,
 }
 
 impl NvLinkView {
+    /// NVLinks between two GPUs, either order; None when NVML reports no
+    /// NVLink path between them.
     pub fn count_between(&self, a: Bdf, b: Bdf) -> Option<u32> {
         self.pairs
             .iter()

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use p2p_shared::report::Table;
-use p2p_shared::Bdf;
+use p2p_shared::{Bdf, CudaOrdinal};
 use serde::{Deserialize, Serialize};
 
 use super::hypervisor::HypervisorInfo;
@@ -19,10 +19,16 @@ pub const PROBE_SCHEMA: &str = "vp2p.probe/1";
 /// A GPU with everything the probe learnt about it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeGpu {
+    /// The GPU's PCI address in the guest.
     pub bdf: Bdf,
+    /// PCI vendor id as hex text (`0x10de`).
     pub vendor: String,
+    /// PCI device id as hex text (`0x2335` for the H200).
     pub device: String,
+    /// Bytes the sysfs `config` read returned: 64 for non-root readers, up
+    /// to 4096 as root.
     pub config_len: usize,
+    /// What the config space says about the P2P clique capability.
     pub capability: CapabilityState,
     /// The clique the driver would read, or null.
     pub clique: Option<u8>,
@@ -30,37 +36,53 @@ pub struct ProbeGpu {
     #[serde(default)]
     pub bts: Option<BtsState>,
     /// CUDA ordinal, when CUDA is available and sees the GPU.
-    pub cuda_ordinal: Option<usize>,
+    pub cuda_ordinal: Option<CudaOrdinal>,
+    /// Its NVLinks per NVML; None when NVML is unavailable or does not list it.
     pub nvlink: Option<GpuLinks>,
 }
 
 /// CUDA's availability.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaStatus {
+    /// Whether the CUDA driver opened and answered every peer query (false
+    /// under `--no-driver`).
     pub available: bool,
     /// Why not, when unavailable.
     pub why: Option<String>,
+    /// cuDriverGetVersion (for example 13000); None when CUDA is unavailable.
     pub driver_api: Option<i32>,
 }
 
 /// What `--enable` did for one ordered pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EnableResult {
+    /// The GPU whose context was given access to `dst`.
     pub src: Bdf,
+    /// The GPU whose memory `src` may now access.
     pub dst: Bdf,
+    /// Whether peer access is now on (already enabled counts as on).
     pub ok: bool,
+    /// `enabled`, the driver's error, or why it was not tried.
     pub answer: String,
 }
 
 /// The whole probe report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeReport {
+    /// Always `vp2p.probe/1`.
     pub schema: String,
+    /// The sysfs root that was scanned (`/sys`, or a captured tree).
     pub sysfs_root: String,
+    /// CPUID's hypervisor check; without a hypervisor the driver ignores every
+    /// clique.
     pub hypervisor: HypervisorInfo,
+    /// Whether CUDA answered, and why not.
     pub cuda: CudaStatus,
+    /// Why NVML gave no NVLink facts; None when it answered.
     pub nvml: Option<String>,
+    /// Every NVIDIA GPU the guest shows, in address order.
     pub gpus: Vec<ProbeGpu>,
+    /// The decision for every unordered pair of GPUs.
     pub pairs: Vec<PeerDecision>,
     /// Flags about single GPUs (pair flags sit in `pairs`).
     pub flags: Vec<Flag>,
@@ -73,8 +95,11 @@ pub struct ProbeReport {
 
 /// CUDA's view of the GPUs: ordinal per address and answers per ordered pair.
 pub struct CudaFacts {
-    pub ordinals: Vec<(Bdf, usize)>,
-    pub answers: Vec<((usize, usize), CudaPeer)>,
+    /// CUDA's ordinal for each GPU address it sees.
+    pub ordinals: Vec<(Bdf, CudaOrdinal)>,
+    /// CUDA's peer answers per ordered (source, destination) ordinal pair.
+    pub answers: Vec<((CudaOrdinal, CudaOrdinal), CudaPeer)>,
+    /// cuDriverGetVersion (for example 13000).
     pub driver_api: i32,
 }
 
@@ -110,7 +135,7 @@ impl ProbeReport {
                 .as_ref()
                 .and_then(|f| f.ordinals.iter().find(|(x, _)| *x == b).map(|(_, o)| *o))
         };
-        let answer = |s: usize, d: usize| {
+        let answer = |s: CudaOrdinal, d: CudaOrdinal| {
             facts.as_ref().and_then(|f| {
                 f.answers
                     .iter()
@@ -170,6 +195,8 @@ impl ProbeReport {
             .find(|p| (p.a == a && p.b == b) || (p.a == b && p.b == a))
     }
 
+    /// The report for people: hypervisor, CUDA and NVML lines, the GPU and
+    /// pair tables, `--verify` and `--enable` results, inconsistencies.
     pub fn render_text(&self) -> String {
         let mut out = String::new();
         let hv = match (&self.hypervisor.signature, self.hypervisor.present_bit) {

@@ -13,10 +13,22 @@ use serde::{Deserialize, Serialize};
 /// Why the guest's sysfs could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
+    /// A sysfs file or directory could not be read.
     #[error("{path}: {why}")]
-    Io { path: PathBuf, why: String },
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        why: String,
+    },
+    /// A sysfs id file (`vendor`, `class`, `device`) does not hold a hex number.
     #[error("{path}: '{text}' is not a hex number")]
-    Hex { path: PathBuf, text: String },
+    Hex {
+        /// The file.
+        path: PathBuf,
+        /// What it held, trimmed.
+        text: String,
+    },
 }
 
 /// What a GPU's config space says about the P2P capability.
@@ -25,9 +37,11 @@ pub enum ProbeError {
 pub enum CapabilityState {
     /// A valid capability: the driver would read this clique.
     Present {
+        /// Config-space offset of the capability's header.
         #[serde(with = "p2p_shared::hex::u8")]
         #[schemars(with = "p2p_shared::hex::Hex")]
         offset: u8,
+        /// The clique the capability names.
         clique: Clique,
     },
     /// The capability list has no P2P capability.
@@ -35,16 +49,23 @@ pub enum CapabilityState {
     /// Something at `offset` looks like the capability but the driver would
     /// reject it (bad signature, version != 0, wrong length).
     Invalid {
+        /// Config-space offset of the suspect capability.
         #[serde(with = "p2p_shared::hex::u8")]
         #[schemars(with = "p2p_shared::hex::Hex")]
         offset: u8,
+        /// Why the driver would reject it.
         why: String,
     },
     /// The config space could not be read far enough (non-root: 64 bytes).
-    Unreadable { why: String },
+    Unreadable {
+        /// What stopped the read: too few bytes, or a broken capability list.
+        why: String,
+    },
 }
 
 impl CapabilityState {
+    /// The clique the driver would read; None unless a valid capability is
+    /// present.
     pub fn clique(&self) -> Option<Clique> {
         match self {
             CapabilityState::Present { clique, .. } => Some(*clique),
@@ -56,11 +77,18 @@ impl CapabilityState {
 /// One NVIDIA GPU as the guest's PCI bus shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestGpu {
+    /// The GPU's PCI address in the guest.
     pub bdf: Bdf,
+    /// PCI vendor id (0x10de).
     pub vendor: u16,
+    /// PCI device id (0x2335 for the H200).
     pub device: u16,
+    /// PCI class code from sysfs (0x030000 VGA, 0x030200 3D controller).
     pub class: u32,
+    /// Bytes the sysfs `config` read returned: 64 for non-root readers, up
+    /// to 4096 as root.
     pub config_len: usize,
+    /// What its config space says about the P2P clique capability.
     pub capability: CapabilityState,
     /// The driver's BTS capability (driver 580.65+), when the hypervisor added one.
     pub bts: Option<BtsState>,
@@ -69,6 +97,7 @@ pub struct GuestGpu {
 /// A BTS capability found in the list, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BtsState {
+    /// Config-space offset of the BTS capability's header.
     #[serde(with = "p2p_shared::hex::u8")]
     #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,

@@ -41,8 +41,7 @@ pub fn documents() -> Vec<Document> {
 }
 
 pub fn run(args: SchemaArgs) -> anyhow::Result<()> {
-    let text = p2p_shared::report::schema::render(&documents(), args.name.as_deref())
-        .map_err(anyhow::Error::msg)?;
+    let text = p2p_shared::report::schema::render(&documents(), args.name.as_deref())?;
     print!("{text}");
     Ok(())
 }

@@ -10,9 +10,10 @@ use anyhow::{bail, Context};
 use clap::Args;
 use p2p_host::overlay::{OverlayOptions, PlacementAction};
 use p2p_host::serve::{
-    self, human_size, parse_bar_size, BarKind, CaptureFiles, CapturedGpu, GpuBackend, GpuSpec,
-    IrqIndex, ServeError, ServeEvent, ServeHandle, ServedGpu,
+    self, parse_bar_size, BarKind, CaptureFiles, CapturedGpu, GpuBackend, GpuSpec, IrqIndex,
+    ServeError, ServeEvent, ServeHandle, ServedGpu,
 };
+use p2p_shared::ByteSize;
 use p2p_shared::Clique;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -96,7 +97,7 @@ fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>>
     for s in &scaled {
         eprintln!(
             "p2p-host serve: {name}: max-bar={}: {s}; the guest sees the smaller BAR",
-            human_size(spec.max_bar.unwrap_or(0))
+            ByteSize(spec.max_bar.unwrap_or(0))
         );
     }
     let options = OverlayOptions {
@@ -149,11 +150,11 @@ fn describe(name: &str, spec: &GpuSpec, gpu: &ServedGpu<CapturedGpu>) -> String 
             };
             let pf = if b.prefetchable { " prefetchable" } else { "" };
             let scaled = if b.size != b.captured_size {
-                format!(" (captured {})", human_size(b.captured_size))
+                format!(" (captured {})", ByteSize(b.captured_size))
             } else {
                 String::new()
             };
-            format!("BAR{} {} {kind}{pf}{scaled}", b.index, human_size(b.size))
+            format!("BAR{} {} {kind}{pf}{scaled}", b.index, ByteSize(b.size))
         })
         .collect();
     let _ = writeln!(s, "  {}; no ROM", bars.join(", "));

@@ -17,7 +17,10 @@ pub enum OverlayError {
         "config space has {len} bytes, the overlay needs the 256-byte conventional space \
          (0x00..0x100) where the capability list lives"
     )]
-    Truncated { len: usize },
+    Truncated {
+        /// Bytes the config space has (64 when a non-root reader got only the header).
+        len: usize,
+    },
 
     /// The bytes are not a function's config space (no header, all ones).
     #[error("{0}")]
@@ -29,14 +32,22 @@ pub enum OverlayError {
          not an NVIDIA GPU (vendor 0x10de, base class 0x03); pass --allow-non-nvidia \
          (serve: allow-non-nvidia in --gpu) to place the capability anyway"
     )]
-    NotNvidiaGpu { vendor: u16, base_class: u8 },
+    NotNvidiaGpu {
+        /// Vendor id at offset 0x00.
+        vendor: u16,
+        /// Base class at offset 0x0b.
+        base_class: u8,
+    },
 
     /// CardBus bridges keep their capability pointer at 0x14 and a header up to 0x48.
     #[error(
         "header type {header_type:#04x} (offset 0x0e) is a CardBus bridge, whose capability \
          pointer sits at 0x14 and header runs to 0x48: not supported"
     )]
-    UnsupportedHeaderType { header_type: u8 },
+    UnsupportedHeaderType {
+        /// Header type byte at offset 0x0e (layout 2: CardBus bridge).
+        header_type: u8,
+    },
 
     /// The 0x34 capability chain is malformed (loop, pointer into the header,
     /// past the end, or a capability running past 0x100).
@@ -49,8 +60,11 @@ pub enum OverlayError {
          clique {requested} (the NVIDIA driver would read only one of them)"
     )]
     ExistingOtherClique {
+        /// Offset of the P2P capability already in the list.
         offset: u8,
+        /// The clique it names.
         existing: Clique,
+        /// The clique the overlay was asked to place.
         requested: Clique,
     },
 
@@ -59,7 +73,9 @@ pub enum OverlayError {
         "a vendor-specific capability at {offset:#04x} carries the P2P signature but is invalid"
     )]
     ExistingMalformed {
+        /// Offset of the vendor-specific capability with the P2P signature.
         offset: u8,
+        /// Why its bytes do not decode as a P2P capability.
         #[source]
         source: CapabilityError,
     },
@@ -70,17 +86,26 @@ pub enum OverlayError {
          another offset only when asked (--any-offset, or any-offset in serve's --gpu)",
         summarize(.rejected)
     )]
-    PreferredSlotsTaken { rejected: Vec<RejectedSlot> },
+    PreferredSlotsTaken {
+        /// The slots at 0xC8 and 0xD4, and what occupies each.
+        rejected: Vec<RejectedSlot>,
+    },
 
     /// Every dword-aligned 8-byte slot in 0x40..0x100 is occupied.
     #[error("no free slot for the 8-byte P2P capability in 0x40..0x100: {}", summarize(.rejected))]
-    NoFreeSlot { rejected: Vec<RejectedSlot> },
+    NoFreeSlot {
+        /// Every slot tried, 0xC8, 0xD4 then upwards from 0x40, and what occupies it.
+        rejected: Vec<RejectedSlot>,
+    },
 
     /// Reading the physical config through a [`PhysicalConfig`](super::PhysicalConfig) failed.
     #[error("reading bytes {offset:#x}..{end:#x} of the physical config", end = .offset + .len)]
     ReadPhysical {
+        /// Config offset of the first byte the read asked for.
         offset: u64,
+        /// Bytes the read asked for.
         len: u64,
+        /// The error [`PhysicalConfig::read`](super::PhysicalConfig::read) returned.
         #[source]
         source: io::Error,
     },

@@ -242,6 +242,7 @@ impl<P: PhysicalConfig> ConfigOverlay<P> {
         &mut self.physical
     }
 
+    /// Gives the device back, dropping the overlay (nothing of it was ever written there).
     pub fn into_physical(self) -> P {
         self.physical
     }

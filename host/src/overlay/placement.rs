@@ -50,12 +50,15 @@ pub enum PlacementAction {
 /// A byte the overlay changes: its offset, physical value and virtual value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BytePatch {
+    /// Config offset of the byte.
     #[serde(with = "p2p_shared::hex::u8")]
     #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
+    /// Its value in the physical config space.
     #[serde(with = "p2p_shared::hex::u8")]
     #[schemars(with = "p2p_shared::hex::Hex")]
     pub old: u8,
+    /// Its value in the virtual config space the guest reads.
     #[serde(with = "p2p_shared::hex::u8")]
     #[schemars(with = "p2p_shared::hex::Hex")]
     pub new: u8,
@@ -82,18 +85,26 @@ pub struct LinkedAfter {
 #[serde(tag = "why", rename_all = "snake_case")]
 pub enum SlotConflict {
     /// Its bytes overlap a capability of the list.
-    Overlaps { capability: CapabilityEntry },
+    Overlaps {
+        /// The listed capability whose byte range the slot's 8 bytes overlap.
+        capability: CapabilityEntry,
+    },
     /// No listed capability covers it, but its bytes are not all zero: an
     /// unlinked structure (Turing's MSI-X at 0xC8) or data the device keeps.
-    NonZero { bytes: [u8; 8] },
+    NonZero {
+        /// The slot's 8 bytes as the physical config holds them.
+        bytes: [u8; 8],
+    },
 }
 
 /// A slot tried and rejected, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RejectedSlot {
+    /// Config offset of the 8-byte slot (dword-aligned).
     #[serde(with = "p2p_shared::hex::u8")]
     #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
+    /// What occupies it.
     pub conflict: SlotConflict,
 }
 
@@ -143,11 +154,13 @@ impl fmt::Display for RejectedSlot {
 /// Where the capability went and everything the overlay changed to put it there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Placement {
+    /// Whether the capability is injected or was already there with this clique.
     pub action: PlacementAction,
     /// Offset of the capability in config space.
     #[serde(with = "p2p_shared::hex::u8")]
     #[schemars(with = "p2p_shared::hex::Hex")]
     pub offset: u8,
+    /// The clique the capability names; the NVIDIA driver enables P2P only within one.
     pub clique: Clique,
     /// Its 8 bytes as the guest reads them.
     pub capability: [u8; 8],
@@ -169,6 +182,7 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Whether the overlay adds the capability (it was not already present).
     pub fn is_injected(&self) -> bool {
         self.action == PlacementAction::Injected
     }

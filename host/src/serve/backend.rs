@@ -68,7 +68,9 @@ impl RegionIndex {
 /// What a region offers the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RegionAccess {
+    /// The client may read the region (`VFIO_REGION_INFO_FLAG_READ`).
     pub read: bool,
+    /// The client may write the region (`VFIO_REGION_INFO_FLAG_WRITE`).
     pub write: bool,
     /// The client may map the region's file descriptor ([`GpuBackend::mmap_fd`]).
     pub mmap: bool,
@@ -80,10 +82,12 @@ pub struct RegionInfo {
     /// Bytes; 0 means absent (an unimplemented BAR, the upper half of a 64-bit
     /// BAR, no ROM).
     pub size: u64,
+    /// What the client may do with the region; all false when it is absent.
     pub access: RegionAccess,
 }
 
 impl RegionInfo {
+    /// A region the device does not have: size 0, no access.
     pub const ABSENT: RegionInfo = RegionInfo {
         size: 0,
         access: RegionAccess {
@@ -102,8 +106,11 @@ impl RegionInfo {
 /// The VFIO PCI interrupt indexes (`VFIO_PCI_*_IRQ_INDEX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum IrqIndex {
+    /// Legacy INTx pin interrupt (index 0).
     Intx,
+    /// MSI, from the MSI capability (index 1).
     Msi,
+    /// MSI-X, its table and PBA in a BAR (index 2).
     Msix,
     /// AER error notification.
     Err,
@@ -115,6 +122,7 @@ pub enum IrqIndex {
 pub const IRQ_INDEX_COUNT: u32 = 5;
 
 impl IrqIndex {
+    /// Every interrupt index, in VFIO index order (`ALL[i].raw() == i`).
     pub const ALL: [IrqIndex; 5] = [
         IrqIndex::Intx,
         IrqIndex::Msi,
@@ -123,10 +131,12 @@ impl IrqIndex {
         IrqIndex::Req,
     ];
 
+    /// The interrupt index with VFIO number `raw` (0..=4), if there is one.
     pub fn from_raw(raw: u32) -> Option<Self> {
         Self::ALL.get(usize::try_from(raw).ok()?).copied()
     }
 
+    /// Its VFIO interrupt index (`VFIO_PCI_*_IRQ_INDEX`).
     pub fn raw(self) -> u32 {
         self as u32
     }
@@ -156,10 +166,14 @@ pub struct IrqInfo {
 /// [`GpuBackend::irq_info`]: `start + count` vectors exist (or `count` is 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IrqSet {
+    /// The interrupt index whose vectors the request addresses.
     pub index: IrqIndex,
     /// `VFIO_IRQ_SET_DATA_*` | `VFIO_IRQ_SET_ACTION_*`.
     pub flags: u32,
+    /// First vector of the index affected.
     pub start: u32,
+    /// Vectors affected from `start`; 0 with DATA_NONE and ACTION_TRIGGER
+    /// unwires every vector of the index.
     pub count: u32,
 }
 
@@ -168,10 +182,13 @@ pub struct IrqSet {
 pub struct DmaMapping {
     /// Device (I/O virtual) address.
     pub iova: u64,
+    /// Bytes mapped from `iova`.
     pub size: u64,
     /// Offset of the range in the file descriptor that came with it.
     pub offset: u64,
+    /// The device may read the range (`VFIO_DMA_MAP_FLAG_READ`).
     pub readable: bool,
+    /// The device may write the range (`VFIO_DMA_MAP_FLAG_WRITE`).
     pub writable: bool,
 }
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use p2p_shared::pci::{cap_id, ConfigSpace};
 
 use super::error::ServeError;
-use super::spec::human_size;
+use p2p_shared::ByteSize;
 
 /// Config offset of the first BAR register.
 pub const BAR0_OFFSET: usize = 0x10;
@@ -24,7 +24,9 @@ pub const ROM_OFFSET: usize = 0x30;
 /// What kind of BAR a register holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BarKind {
+    /// An I/O space BAR (register bit 0 set); never scaled, never mapped.
     Io,
+    /// A 32-bit memory BAR (memory type 00b, or the legacy below-1M type 01b).
     Mem32,
     /// Takes this register and the next (the upper 32 address bits).
     Mem64,
@@ -35,7 +37,9 @@ pub enum BarKind {
 pub struct Bar {
     /// Its (first) register, 0..=5: the VFIO region index.
     pub index: u8,
+    /// I/O, 32-bit or 64-bit memory, from the register's low bits.
     pub kind: BarKind,
+    /// Register bit 3: the memory is prefetchable (false for I/O).
     pub prefetchable: bool,
     /// Size served to the client (a power of two).
     pub size: u64,
@@ -53,6 +57,7 @@ impl Bar {
         }
     }
 
+    /// Whether it is a memory BAR (32- or 64-bit) rather than I/O.
     pub fn is_memory(&self) -> bool {
         self.kind != BarKind::Io
     }
@@ -61,8 +66,11 @@ impl Bar {
 /// A BAR served smaller than captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScaledBar {
+    /// Its (first) register, 0..=5.
     pub index: u8,
+    /// Bytes in the capture's `resource` file.
     pub captured: u64,
+    /// Bytes served to the client: the `max-bar` size.
     pub served: u64,
 }
 
@@ -72,8 +80,8 @@ impl std::fmt::Display for ScaledBar {
             f,
             "BAR{} scaled from {} to {}",
             self.index,
-            human_size(self.captured),
-            human_size(self.served)
+            ByteSize(self.captured),
+            ByteSize(self.served)
         )
     }
 }
@@ -220,8 +228,8 @@ impl BarLayout {
                             format!(
                                 "max-bar={} would cut it below the MSI-X table or PBA, which end at {need:#x}; \
                                  use at least {}",
-                                human_size(max),
-                                human_size(need.next_power_of_two())
+                                ByteSize(max),
+                                ByteSize(need.next_power_of_two())
                             ),
                         ));
                     }
@@ -245,6 +253,7 @@ impl BarLayout {
         Ok((Self { bars }, scaled))
     }
 
+    /// The implemented BARs, in register order.
     pub fn bars(&self) -> &[Bar] {
         &self.bars
     }

@@ -29,6 +29,7 @@ use super::registers::{irq_infos, power_on, write_mask};
 /// Where a GPU was captured: its config space and the `resource` file with BAR sizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureFiles {
+    /// The captured config space: sysfs `config`, 256 or 4096 bytes (read as root).
     pub config: PathBuf,
     /// Default: `resource` in the config's directory (the sysfs layout).
     pub resource: Option<PathBuf>,
@@ -133,6 +134,7 @@ impl CapturedGpu {
         Ok((gpu, scaled))
     }
 
+    /// The BARs served: kinds from the capture, sizes after any `max-bar` scaling.
     pub fn bars(&self) -> &BarLayout {
         &self.bars
     }

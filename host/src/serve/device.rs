@@ -44,10 +44,12 @@ pub struct DeviceShape {
 }
 
 impl DeviceShape {
+    /// The region with VFIO index `raw`; None past index 8.
     pub fn region(&self, raw: u32) -> Option<&RegionInfo> {
         self.regions.get(usize::try_from(raw).ok()?)
     }
 
+    /// The interrupt index with VFIO number `raw`; None past index 4.
     pub fn irq(&self, raw: u32) -> Option<&IrqInfo> {
         self.irqs.get(usize::try_from(raw).ok()?)
     }
@@ -82,14 +84,17 @@ impl<B: GpuBackend> ServedGpu<B> {
         self.events = sink;
     }
 
+    /// Where the overlay put the P2P capability and which bytes it patched.
     pub fn placement(&self) -> &Placement {
         self.overlay.placement()
     }
 
+    /// The device behind the overlay; its config reads do not show the capability.
     pub fn backend(&self) -> &B {
         &self.overlay.physical().0
     }
 
+    /// The device behind the overlay, mutably; writes through it bypass the overlay.
     pub fn backend_mut(&mut self) -> &mut B {
         &mut self.overlay.physical_mut().0
     }

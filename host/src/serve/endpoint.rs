@@ -322,6 +322,7 @@ fn refuse(mut client: UnixStream) {
 }
 
 impl ServeHandle {
+    /// The socket path served; removed when the server stops.
     pub fn socket(&self) -> &Path {
         &self.socket
     }

@@ -8,20 +8,27 @@ use crate::overlay::OverlayError;
 /// Why `--gpu KEY=VALUE,...` does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
+    /// An item is not `KEY=VALUE`: no `=`, an empty value, or a flag with a value
+    /// other than true/on/yes/1 or false/off/no/0.
     #[error(
         "'{0}': want KEY=VALUE (keys: socket, config, clique, resource, max-bar, allow-non-nvidia, any-offset)"
     )]
     NotKeyValue(String),
+    /// A key `--gpu` does not take.
     #[error(
         "unknown key '{0}' (keys: socket, config, clique, resource, max-bar, allow-non-nvidia, any-offset)"
     )]
     UnknownKey(String),
+    /// A key appears twice in one `--gpu`.
     #[error("'{0}' is given twice")]
     Duplicate(String),
+    /// A required key (socket, config or clique) is absent.
     #[error("'{0}' is required")]
     Missing(&'static str),
+    /// The clique value is not a number in 0..=15.
     #[error("clique '{0}': want a number 0..=15")]
     BadClique(String),
+    /// The max-bar value does not parse as a size, or is not a power of two of at least 4 KiB.
     #[error("max-bar '{0}': want a power of two of at least 4K, like 256M, 1G or 0x10000000")]
     BadSize(String),
 }
@@ -29,69 +36,122 @@ pub enum SpecError {
 /// Why a served GPU could not be set up or started.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A capture file (config space or `resource`) could not be read.
     #[error("reading {path}")]
     Read {
+        /// The file.
         path: PathBuf,
         #[source]
+        /// The I/O error.
         source: io::Error,
     },
 
+    /// The config space is neither 256 nor 4096 bytes (a non-root sysfs read gives 64).
     #[error("{path}: {len} bytes; a config space has 256 (conventional) or 4096 (PCI Express) bytes (read sysfs `config` as root)")]
-    ConfigLength { path: PathBuf, len: usize },
+    ConfigLength {
+        /// The config file (`<config>` for bytes given directly).
+        path: PathBuf,
+        /// Bytes it holds.
+        len: usize,
+    },
 
+    /// No `resource` file was given and none lies next to the config file: the BAR
+    /// sizes are unknown.
     #[error(
         "{config}: no BAR sizes: the config space holds BAR addresses, not sizes; put the \
          sysfs `resource` file next to it or pass resource=FILE"
     )]
-    NoResource { config: PathBuf },
+    NoResource {
+        /// The config file next to which `resource` was looked for.
+        config: PathBuf,
+    },
 
+    /// A line of the sysfs `resource` file is not `start end flags` in hex, or the file
+    /// lists fewer than the 6 BARs.
     #[error("{path} line {line}: {why}")]
     Resource {
+        /// The `resource` file.
         path: PathBuf,
+        /// Line number, from 1 (for too few lines, the number of lines).
         line: usize,
+        /// What is wrong with it.
         why: String,
     },
 
+    /// A BAR register disagrees with its size: reserved type, 64-bit in the last register,
+    /// size not a power of two, or `max-bar` below its MSI-X table or PBA.
     #[error("BAR{index}: {why}")]
-    Bar { index: u8, why: String },
+    Bar {
+        /// The BAR's (first) register, 0..=5.
+        index: u8,
+        /// What is inconsistent.
+        why: String,
+    },
 
+    /// [`ServeError::Bar`] with the config file the register was read from.
     #[error("{path}: BAR{index}: {why}")]
     BarIn {
+        /// The config file.
         path: PathBuf,
+        /// The BAR's (first) register, 0..=5.
         index: u8,
+        /// What is inconsistent.
         why: String,
     },
 
+    /// The P2P capability cannot be placed in the config space (not an NVIDIA GPU,
+    /// no free slot, another clique already there, ...).
     #[error("cannot place the P2P capability: {0}")]
     Overlay(#[from] OverlayError),
 
+    /// The memfd behind a BAR could not be created or sized.
     #[error("BAR memory of {size} bytes")]
     Memory {
+        /// Bytes of the BAR as served.
         size: u64,
         #[source]
+        /// The `memfd_create` or `ftruncate` error.
         source: io::Error,
     },
 
+    /// The socket path exists and is not a socket; it is left alone.
     #[error("{path} exists and is not a socket; refusing to replace it")]
-    NotASocket { path: PathBuf },
+    NotASocket {
+        /// The socket path given.
+        path: PathBuf,
+    },
 
+    /// A server is already listening on the socket path.
     #[error("{path}: another server is listening there")]
-    SocketInUse { path: PathBuf },
+    SocketInUse {
+        /// The socket path given.
+        path: PathBuf,
+    },
 
+    /// Creating, binding or linking the socket, or starting its threads, failed.
     #[error("socket {path}")]
     Socket {
+        /// The socket path given.
         path: PathBuf,
         #[source]
+        /// The I/O error.
         source: io::Error,
     },
 
+    /// `vfio_user::Server` could not be started on the socket.
     #[error("starting the vfio-user server on {path}")]
     Protocol {
+        /// The socket path given.
         path: PathBuf,
         #[source]
+        /// The vfio-user crate's error.
         source: vfio_user::Error,
     },
 
+    /// Two `--gpu` specs name the same socket.
     #[error("{path}: given to two GPUs")]
-    DuplicateSocket { path: PathBuf },
+    DuplicateSocket {
+        /// The socket path given twice.
+        path: PathBuf,
+    },
 }

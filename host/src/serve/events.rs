@@ -19,30 +19,62 @@ pub enum ServeEvent {
     /// A client connected and is being served.
     Connected,
     /// The client went away after `messages` messages.
-    Disconnected { messages: u64 },
+    Disconnected {
+        /// Whole messages read from the client, rejected ones included.
+        messages: u64,
+    },
     /// A second client was turned away (EBUSY) while one is served.
     Refused,
     /// A message was answered with an error (the connection stays up).
     Rejected {
+        /// Command number of the message ([`crate::serve::wire::cmd`]).
         command: u16,
+        /// The errno of the error reply.
         errno: i32,
+        /// What was wrong with the message.
         why: String,
     },
     /// The connection was closed: its byte stream can no longer be framed
     /// (truncated header or body, impossible size), or it failed.
-    Closed { why: String },
+    Closed {
+        /// Why the stream broke: truncated header or body, impossible size, or a read error.
+        why: String,
+    },
     /// A guest config write touched bytes the overlay owns; those bits were
     /// dropped (never reached the device, read back unchanged).
-    DroppedWrite { offset: u64, len: usize },
+    DroppedWrite {
+        /// Config offset the write started at.
+        offset: u64,
+        /// Bytes the guest wrote (the whole write, not only the dropped ones).
+        len: usize,
+    },
     /// The client mapped guest memory for DMA; `shared` when a descriptor came
     /// with it (the guest RAM is shareable, e.g. memory-backend-memfd,share=on).
-    DmaMap { iova: u64, size: u64, shared: bool },
+    DmaMap {
+        /// Start of the range in the device's (I/O virtual) address space.
+        iova: u64,
+        /// Bytes mapped.
+        size: u64,
+        /// A descriptor came with the request: the guest RAM is shareable.
+        shared: bool,
+    },
     /// The client unmapped guest memory.
-    DmaUnmap { iova: u64, size: u64, all: bool },
+    DmaUnmap {
+        /// Start of the range unmapped.
+        iova: u64,
+        /// Bytes unmapped.
+        size: u64,
+        /// `VFIO_DMA_UNMAP_FLAG_ALL`: every mapping goes, whatever `iova` and `size` say.
+        all: bool,
+    },
     /// The device was reset (between clients, or at the client's request).
     Reset,
     /// The protocol thread hit an error of its own.
-    Internal { why: String },
+    Internal {
+        /// What failed: relaying to the protocol thread, the vfio-user server, a reset
+        /// between clients, accepting a client.
+        why: String,
+    },
 }
 
 impl ServeEvent {

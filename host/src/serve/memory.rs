@@ -34,6 +34,7 @@ impl BarMemory {
         Ok(Self { file, size })
     }
 
+    /// Bytes of the memfd: the BAR's served size.
     pub fn size(&self) -> u64 {
         self.size
     }

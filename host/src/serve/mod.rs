@@ -57,4 +57,4 @@ pub use error::{ServeError, SpecError};
 pub use events::{discard, errno_name, EventSink, ServeEvent};
 pub use memory::BarMemory;
 pub use registers::{irq_infos, power_on, write_mask};
-pub use spec::{human_size, parse_bar_size, parse_clique, GpuSpec};
+pub use spec::{parse_bar_size, parse_clique, GpuSpec};

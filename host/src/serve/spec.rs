@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use p2p_shared::ByteSize;
 use p2p_shared::Clique;
 
 use super::error::SpecError;
@@ -14,6 +15,7 @@ pub struct GpuSpec {
     pub socket: PathBuf,
     /// A captured config space (sysfs `config`, 256 or 4096 bytes).
     pub config: PathBuf,
+    /// The P2P clique the served capability carries (0-15).
     pub clique: Clique,
     /// The sysfs `resource` file with the BAR sizes; default: `resource` next to `config`.
     pub resource: Option<PathBuf>,
@@ -94,49 +96,17 @@ pub fn parse_clique(s: &str) -> Result<Clique, SpecError> {
         .ok_or_else(|| SpecError::BadClique(s.to_string()))
 }
 
-/// A BAR size: decimal or 0x hex bytes, or a number with K, M, G or T
-/// (binary units, an optional "iB" or "B"). It must be a power of two of at
+/// A BAR size as [`ByteSize`] reads it; it must be a power of two of at
 /// least [`MIN_MAX_BAR`].
 pub fn parse_bar_size(s: &str) -> Result<u64, SpecError> {
-    let bad = || SpecError::BadSize(s.to_string());
-    let t = s.trim();
-    let bytes = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        u64::from_str_radix(hex, 16).map_err(|_| bad())?
-    } else {
-        let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        let (num, unit) = t.split_at(digits_end);
-        let num: u64 = num.parse().map_err(|_| bad())?;
-        let unit = unit.trim();
-        let unit = unit
-            .strip_suffix("iB")
-            .or_else(|| unit.strip_suffix('B'))
-            .unwrap_or(unit);
-        let shift = match unit {
-            "" => 0,
-            "K" | "k" => 10,
-            "M" | "m" => 20,
-            "G" | "g" => 30,
-            "T" | "t" => 40,
-            _ => return Err(bad()),
-        };
-        num.checked_mul(1u64 << shift).ok_or_else(bad)?
-    };
+    let bytes = s
+        .parse::<ByteSize>()
+        .map_err(|_| SpecError::BadSize(s.to_string()))?
+        .0;
     if bytes < MIN_MAX_BAR || !bytes.is_power_of_two() {
-        return Err(bad());
+        return Err(SpecError::BadSize(s.to_string()));
     }
     Ok(bytes)
-}
-
-/// `bytes` as "256 MiB", "16 MiB", "256 GiB" (exact powers of two) or a byte count.
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [(&str, u32); 5] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10), ("B", 0)];
-    for (unit, shift) in UNITS {
-        let scale = 1u64 << shift;
-        if bytes >= scale && bytes % scale == 0 {
-            return format!("{} {unit}", bytes / scale);
-        }
-    }
-    format!("{bytes} B")
 }
 
 #[cfg(test)]
@@ -194,8 +164,5 @@ mod tests {
         assert!(parse_bar_size("2048").is_err());
         assert!(parse_bar_size("99999999999T").is_err());
         assert!(parse_bar_size("12Q").is_err());
-        assert_eq!(human_size(256 << 30), "256 GiB");
-        assert_eq!(human_size(16 << 20), "16 MiB");
-        assert_eq!(human_size(4097), "4097 B");
     }
 }

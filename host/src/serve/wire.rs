@@ -32,42 +32,68 @@ pub const MAX_FDS: usize = 16;
 
 /// Header flags: the message type (bits 3:0), no-reply, error.
 pub const TYPE_MASK: u32 = 0xf;
+/// `flags` message type (bits 3:0) of a command: a request from the client.
 pub const TYPE_COMMAND: u32 = 0;
+/// `flags` message type of a reply; it repeats the command's `id` and `command`.
 pub const TYPE_REPLY: u32 = 1;
+/// `flags` bit 4, No_reply: the sender of the command wants no reply to it.
 pub const FLAG_NO_REPLY: u32 = 1 << 4;
+/// `flags` bit 5, Error: the reply carries an errno in `error` instead of a payload.
 pub const FLAG_ERROR: u32 = 1 << 5;
 
 /// Command numbers.
 pub mod cmd {
+    /// `VFIO_USER_VERSION`: negotiates the protocol version and the JSON capabilities.
     pub const VERSION: u16 = 1;
+    /// `VFIO_USER_DMA_MAP`: guest memory the device may reach, with its fd when shared.
     pub const DMA_MAP: u16 = 2;
+    /// `VFIO_USER_DMA_UNMAP`: removes a DMA mapping, or all of them.
     pub const DMA_UNMAP: u16 = 3;
+    /// `VFIO_USER_DEVICE_GET_INFO`: device flags and its numbers of regions and IRQs.
     pub const DEVICE_GET_INFO: u16 = 4;
+    /// `VFIO_USER_DEVICE_GET_REGION_INFO`: one region's size, flags and mmap fd.
     pub const DEVICE_GET_REGION_INFO: u16 = 5;
+    /// `VFIO_USER_DEVICE_GET_REGION_IO_FDS`: ioeventfds of a region; refused by [`super::check`].
     pub const DEVICE_GET_REGION_IO_FDS: u16 = 6;
+    /// `VFIO_USER_DEVICE_GET_IRQ_INFO`: vector count and flags of one interrupt index.
     pub const DEVICE_GET_IRQ_INFO: u16 = 7;
+    /// `VFIO_USER_DEVICE_SET_IRQS`: wires eventfds to, masks or triggers vectors of an index.
     pub const DEVICE_SET_IRQS: u16 = 8;
+    /// `VFIO_USER_REGION_READ`: reads bytes of a region (config space or a BAR).
     pub const REGION_READ: u16 = 9;
+    /// `VFIO_USER_REGION_WRITE`: writes bytes to a region; the data follows the request.
     pub const REGION_WRITE: u16 = 10;
+    /// `VFIO_USER_DMA_READ`: server-to-client read of guest memory; refused by [`super::check`].
     pub const DMA_READ: u16 = 11;
+    /// `VFIO_USER_DMA_WRITE`: server-to-client write of guest memory; refused by [`super::check`].
     pub const DMA_WRITE: u16 = 12;
+    /// `VFIO_USER_DEVICE_RESET`: resets the device to its power-on state.
     pub const DEVICE_RESET: u16 = 13;
+    /// `VFIO_USER_DIRTY_PAGES`: dirty-page logging for migration; refused by [`super::check`].
     pub const DIRTY_PAGES: u16 = 14;
+    /// `VFIO_USER_REGION_WRITE_MULTI`: several small region writes in one message;
+    /// refused by [`super::check`].
     pub const REGION_WRITE_MULTI: u16 = 15;
 }
 
 /// A message header (host byte order, as the protocol and QEMU use it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Header {
+    /// Message ID: chosen by the sender of a command, echoed in its reply.
     pub id: u16,
+    /// Command number ([`cmd`]); a reply repeats the one of its command.
     pub command: u16,
     /// Whole message, header included.
     pub size: u32,
+    /// Flags: message type in bits 3:0 ([`TYPE_COMMAND`], [`TYPE_REPLY`]),
+    /// [`FLAG_NO_REPLY`], [`FLAG_ERROR`].
     pub flags: u32,
+    /// Error: the errno of a reply with [`FLAG_ERROR`] set, 0 otherwise.
     pub error: u32,
 }
 
 impl Header {
+    /// Decodes the 16 header bytes as they came off the socket; nothing is checked.
     pub fn parse(b: &[u8; HEADER_LEN]) -> Self {
         let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
         let u32_at = |o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
@@ -80,6 +106,7 @@ impl Header {
         }
     }
 
+    /// The 16 header bytes to send, in host byte order.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..2].copy_from_slice(&self.id.to_ne_bytes());
@@ -90,14 +117,17 @@ impl Header {
         b
     }
 
+    /// Whether the message type is [`TYPE_REPLY`].
     pub fn is_reply(&self) -> bool {
         self.flags & TYPE_MASK == TYPE_REPLY
     }
 
+    /// Whether the sender asked for no reply ([`FLAG_NO_REPLY`]).
     pub fn no_reply(&self) -> bool {
         self.flags & FLAG_NO_REPLY != 0
     }
 
+    /// Whether this is an error reply ([`FLAG_ERROR`]): `error` holds the errno.
     pub fn is_error(&self) -> bool {
         self.flags & FLAG_ERROR != 0
     }
@@ -117,7 +147,9 @@ impl Header {
 /// Why a message is answered with an error instead of being served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reject {
+    /// The errno the error reply carries in its `error` field (EINVAL, ENOTSUP, ...).
     pub errno: i32,
+    /// What is wrong with the message, in words for the server's events.
     pub why: String,
 }
 

@@ -16,28 +16,77 @@ use super::resolve::Resolver;
 /// Why a tree could not be scanned. Every variant names the offending path.
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
+    /// Neither the directory nor its `sysfs/` holds `bus/pci/devices`.
     #[error("{path}: not a sysfs tree (no bus/pci/devices below it)")]
-    NotSysfs { path: PathBuf },
+    NotSysfs {
+        /// The directory given.
+        path: PathBuf,
+    },
+    /// A directory (the root, or `bus/pci/devices`) cannot be resolved or listed.
     #[error("{path}: cannot list: {why}")]
-    List { path: PathBuf, why: String },
+    List {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        why: String,
+    },
+    /// A `bus/pci/devices` link does not resolve: the capture lacks its device directory.
     #[error("{path}: dangling link (points to {target}, which is not in the tree)")]
-    DanglingLink { path: PathBuf, target: String },
+    DanglingLink {
+        /// The link.
+        path: PathBuf,
+        /// Where it points, as read (or why it could not be read).
+        target: String,
+    },
+    /// A `bus/pci/devices` link resolves to a directory outside the root.
     #[error("{path}: resolves to {real}, outside the tree {root}")]
     OutsideTree {
+        /// The link.
         path: PathBuf,
+        /// Where it resolves.
         real: PathBuf,
+        /// The tree's canonical root.
         root: PathBuf,
     },
+    /// A device's resolved path has no `pciDDDD:BB` host bridge directory.
     #[error("{path}: no PCI host bridge (pciDDDD:BB) on the device's path")]
-    NoHostBridge { path: PathBuf },
+    NoHostBridge {
+        /// The `bus/pci/devices` link.
+        path: PathBuf,
+    },
+    /// A directory below the host bridge on a device's path, or the link's own name,
+    /// is not a PCI address (DDDD:BB:DD.F).
     #[error("{path}: '{name}' is not a PCI address")]
-    BadName { path: PathBuf, name: String },
+    BadName {
+        /// The resolved directory, or the link.
+        path: PathBuf,
+        /// The path component that does not parse.
+        name: String,
+    },
+    /// A function's sysfs attribute or link (vendor, class, config, numa_node,
+    /// iommu_group, ...) cannot be read or does not parse.
     #[error("{path}: {why}")]
-    Attribute { path: PathBuf, why: String },
+    Attribute {
+        /// The attribute file or link.
+        path: PathBuf,
+        /// The I/O error, or what the text is not.
+        why: String,
+    },
+    /// The `config` file holds fewer than the 64 bytes of the header.
     #[error("{path}: config space has {len} bytes, fewer than the 64-byte header")]
-    TruncatedConfig { path: PathBuf, len: usize },
+    TruncatedConfig {
+        /// The `config` file.
+        path: PathBuf,
+        /// Bytes it holds.
+        len: usize,
+    },
+    /// The `config` file reads all ones: the function does not answer (gone, or powered
+    /// down).
     #[error("{path}: config space reads all ones: the function does not answer")]
-    DeadFunction { path: PathBuf },
+    DeadFunction {
+        /// The `config` file.
+        path: PathBuf,
+    },
 }
 
 /// A sysfs tree to scan: the live `/sys` or a captured copy.
@@ -65,6 +114,7 @@ impl SysfsRoot {
         })
     }
 
+    /// The tree's canonical root: the directory holding `bus/` and `devices/`.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -15,12 +15,31 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Why a request got no HTTP answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The API socket cannot be connected to (no VMM listening there, or no permission).
     #[error("{path}: cannot connect to the API socket: {why}")]
-    Connect { path: PathBuf, why: String },
+    Connect {
+        /// The API socket.
+        path: PathBuf,
+        /// The connect error.
+        why: String,
+    },
+    /// Sending the request or reading the answer failed, or the body did not serialize.
     #[error("{path}: {why}")]
-    Io { path: PathBuf, why: String },
+    Io {
+        /// The API socket.
+        path: PathBuf,
+        /// The I/O or serialization error.
+        why: String,
+    },
+    /// The answer is not a usable HTTP response: unparsable, cut short, or longer than
+    /// [`MAX_RESPONSE_PART`].
     #[error("{path}: malformed HTTP response: {why}")]
-    Malformed { path: PathBuf, why: String },
+    Malformed {
+        /// The API socket.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 /// Most bytes of headers, and of body, accepted from the API socket: Cloud
@@ -31,11 +50,14 @@ pub const MAX_RESPONSE_PART: usize = 1 << 20;
 /// An HTTP answer: status code and body text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiResponse {
+    /// HTTP status code: 2xx when Cloud Hypervisor did it, 4xx/5xx with its error in `body`.
     pub status: u16,
+    /// Response body, as lossy UTF-8; empty for 204 No Content.
     pub body: String,
 }
 
 impl ApiResponse {
+    /// Whether the status is 2xx.
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }
@@ -48,6 +70,7 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
+    /// A client for the API socket at `socket`; each request connects anew.
     pub fn new(socket: impl AsRef<Path>) -> Self {
         Self {
             socket: socket.as_ref().to_path_buf(),
@@ -175,8 +198,12 @@ impl ApiClient {
 /// The answer to one GPU's hot-add.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct AddOutcome {
+    /// The DeviceConfig body sent.
     pub device: DeviceConfig,
+    /// HTTP status of the answer.
     pub status: u16,
+    /// The answer's body: the PciDeviceInfo (id, bdf) on success, Cloud Hypervisor's
+    /// error otherwise.
     pub body: String,
 }
 
@@ -213,14 +240,18 @@ pub fn add_devices(
     Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 pub struct RemoveDevice {
+    /// Id of the device to remove, as it was given to `vm.add-device`.
     pub id: String,
 }
 
 /// The answer to one GPU's removal.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct RemoveOutcome {
+    /// Id of the device whose removal was asked for.
     pub id: String,
+    /// HTTP status of the answer (204 when the device was removed).
     pub status: u16,
+    /// The answer's body: empty on success, Cloud Hypervisor's error otherwise.
     pub body: String,
 }
 

@@ -17,7 +17,9 @@ pub fn sysfs_path(bdf: &Bdf) -> String {
 /// The DeviceConfig body of `vm.add-device` (OpenAPI schema DeviceConfig).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceConfig {
+    /// The host function's sysfs directory, `/sys/bus/pci/devices/<BDF>/`.
     pub path: String,
+    /// Device id in the VM, the one the guest layout gives the GPU (`vm.remove-device` takes it).
     pub id: String,
     /// int8 in the spec; clique ids are 0..=15.
     pub x_nv_gpudirect_clique: i8,

@@ -56,12 +56,17 @@ impl EmitOptions {
 /// Why configuration could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
+    /// Serializing the plan as JSON (`--emit json`) failed.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// The plan has no guest layout for the named VM, so there are no guest bus ids to emit.
     #[error("the plan has no guest layout for VM {0}")]
     NoGuest(String),
+    /// `--emit nccl-topo` writes one VM's file, but the plan has this many VMs.
     #[error("--emit nccl-topo writes one VM's file; the plan has {0} VMs: plan one VM per call (--vm NAME=...)")]
     SeveralVms(usize),
+    /// The format cannot mirror the host's PCIe tree (`--guest-topology mirror`): Cloud
+    /// Hypervisor and Incus lay out the guest buses themselves. The text says why.
     #[error("{0}; use --guest-topology flat")]
     NoMirror(&'static str),
 }

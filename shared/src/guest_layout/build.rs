@@ -20,8 +20,11 @@ pub const FIRST_CHASSIS: u8 = 128;
 /// A device the VM receives: a GPU with its clique, or an RDMA NIC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VmDevice {
+    /// Host address of the function passed through.
     pub host: Bdf,
+    /// Whether it is a GPU or an RDMA NIC.
     pub role: DeviceRole,
+    /// P2P clique id for a GPU (from the clique plan); None for NICs.
     pub clique: Option<u8>,
 }
 

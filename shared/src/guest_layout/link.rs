@@ -20,16 +20,22 @@ use serde::{Deserialize, Serialize};
     schemars::JsonSchema,
 )]
 pub enum LinkSpeed {
+    /// 2.5 GT/s, PCIe 1.x (Gen1).
     #[serde(rename = "2.5 GT/s PCIe")]
     Gt2_5,
+    /// 5.0 GT/s, PCIe 2.0 (Gen2).
     #[serde(rename = "5.0 GT/s PCIe")]
     Gt5,
+    /// 8.0 GT/s, PCIe 3.0 (Gen3).
     #[serde(rename = "8.0 GT/s PCIe")]
     Gt8,
+    /// 16.0 GT/s, PCIe 4.0 (Gen4).
     #[serde(rename = "16.0 GT/s PCIe")]
     Gt16,
+    /// 32.0 GT/s, PCIe 5.0 (Gen5).
     #[serde(rename = "32.0 GT/s PCIe")]
     Gt32,
+    /// 64.0 GT/s, PCIe 6.0 (Gen6).
     #[serde(rename = "64.0 GT/s PCIe")]
     Gt64,
 }

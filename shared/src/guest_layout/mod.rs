@@ -46,6 +46,7 @@ pub enum GuestLayout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceRole {
+    /// A GPU; it carries a P2P clique capability in the guest.
     Gpu,
     /// A network function with an RDMA device.
     Nic,
@@ -91,14 +92,18 @@ impl PortKind {
 /// A PCIe link as the host reports it: the speed and width the guest should see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestLink {
+    /// Link speed (transfer rate per lane) of the host link.
     pub speed: LinkSpeed,
+    /// Negotiated lane count of the host link (x1..x32).
     pub width: u8,
 }
 
 /// A guest NUMA node and the host node it stands for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestNumaNode {
+    /// Guest NUMA node id, numbered from 0.
     pub guest: u32,
+    /// Host NUMA node it stands for.
     pub host: u32,
     /// The host node's CPUs, to pin this node's vCPUs to.
     pub host_cpus: Option<String>,
@@ -143,7 +148,9 @@ pub struct GuestRootComplex {
 /// An emulated PCIe port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestPort {
+    /// QEMU id and libvirt alias (`ua-vp2p-rp0`, `ua-vp2p-sw0`, `ua-vp2p-sw0d0`).
     pub id: String,
+    /// Root port, switch upstream port or switch downstream port.
     pub kind: PortKind,
     /// The host bridge function it mirrors; None for a root port invented for a
     /// device that sits on its host bridge's bus without one.
@@ -166,9 +173,13 @@ pub struct GuestPort {
 /// A passed-through device at its guest address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestDevice {
+    /// QEMU id and libvirt alias (`ua-vp2p-gpu0`, `ua-vp2p-nic0`).
     pub id: String,
+    /// GPU or RDMA NIC.
     pub role: DeviceRole,
+    /// Host address of the passed-through function.
     pub host: Bdf,
+    /// Address the guest sees the function at.
     pub guest: Bdf,
     /// Id of the port it sits below, or `pcie.0`.
     pub parent: String,
@@ -181,12 +192,15 @@ pub struct GuestDevice {
 /// The guest PCIe tree of one VM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestTopology {
+    /// Which layout built the tree: flat or mirrored.
     pub layout: GuestLayout,
     /// Guest NUMA nodes the VM must define (empty for a flat layout).
     pub numa_nodes: Vec<GuestNumaNode>,
+    /// Expander host bridges (`pxb-pcie`), one per host root complex; empty when flat.
     pub root_complexes: Vec<GuestRootComplex>,
     /// Ports in guest enumeration order (parents before children).
     pub ports: Vec<GuestPort>,
+    /// The VM's GPUs and NICs, in the order the caller gave them.
     pub devices: Vec<GuestDevice>,
     /// What the layout could not mirror exactly, in words.
     pub notes: Vec<String>,
@@ -241,22 +255,47 @@ impl GuestTopology {
 /// Why a guest layout could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
+    /// A device given for the VM is not a function of the topology.
     #[error("{0} is not a PCI function of the topology")]
     UnknownDevice(Bdf),
+    /// The same device was given twice for the VM.
     #[error("{0} is listed twice")]
     Duplicate(Bdf),
+    /// A guest bus would need more than its 32 slots.
     #[error("{what}: more than 32 {items} on one guest bus")]
-    BusFull { what: String, items: &'static str },
+    BusFull {
+        /// The bus that overflowed: `pcie.0`, a root complex or a switch.
+        what: String,
+        /// What did not fit on it (expander buses, root ports, downstream ports).
+        items: &'static str,
+    },
+    /// The mirrored tree would need guest bus numbers past 0xff.
     #[error("the mirrored tree needs guest bus numbers past 0xff (root complexes start at {first:#04x}); give the VM fewer root complexes or switches")]
-    OutOfBuses { first: u8 },
+    OutOfBuses {
+        /// Guest bus number the first expander bus starts at.
+        first: u8,
+    },
+    /// The flat layout has more host devices than free slots on `pcie.0`.
     #[error("the flat layout holds at most {max} devices on pcie.0 (slots {first:#04x}..0x1f), the VM has {count}")]
-    FlatFull { first: u8, max: usize, count: usize },
+    FlatFull {
+        /// First slot on `pcie.0` the flat layout uses.
+        first: u8,
+        /// Slots free from `first` up to 0x1f.
+        max: usize,
+        /// Host devices (slots) the VM has.
+        count: usize,
+    },
+    /// More than 127 slot ports: each root and downstream port needs a chassis number.
     #[error("more than 127 slot ports (root and downstream ports need a chassis number each)")]
     OutOfChassis,
+    /// A host bridge above a VM device has a shape the guest tree cannot reproduce.
     #[error("{bridge}: cannot mirror a bridge above {device}: {why}")]
     Unmirrorable {
+        /// The host bridge or port that cannot be reproduced.
         bridge: Bdf,
+        /// A VM device below it.
         device: Bdf,
+        /// What about the host tree keeps it from being mirrored.
         why: String,
     },
 }

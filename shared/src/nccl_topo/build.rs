@@ -193,12 +193,19 @@ fn flat(topo: &Topology, guest: &GuestTopology) -> NcclSystem {
 /// A GPU as the guest sees it, with the clique its capability names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CliqueGpu {
+    /// The GPU's guest PCI address.
     pub busid: Bdf,
+    /// 24-bit PCI class code of the GPU.
     pub class: u32,
+    /// PCI vendor ID (0x10de for NVIDIA).
     pub vendor: u16,
+    /// PCI device ID.
     pub device: u16,
+    /// Subsystem vendor ID; None when sysfs lacks it.
     pub subsystem_vendor: Option<u16>,
+    /// Subsystem device ID; None when sysfs lacks it.
     pub subsystem_device: Option<u16>,
+    /// The GPU's PCIe link as the guest's sysfs reports it.
     pub link: LinkInfo,
     /// Guest NUMA node; None when sysfs says -1.
     pub numa_node: Option<u32>,

@@ -48,6 +48,7 @@ pub const BRIDGE_CLASS: u32 = 0x060400;
 /// A whole NCCL topology: one `<cpu>` per NUMA node.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclSystem {
+    /// The `<cpu>` nodes, one per NUMA node, each with the PCI trees below it.
     pub cpus: Vec<NcclCpu>,
 }
 
@@ -58,25 +59,38 @@ pub struct NcclCpu {
     pub numaid: i32,
     /// Hex cpumask as in sysfs `cpumap` (`ffffffff,ffffffff`).
     pub affinity: Option<String>,
+    /// `arch` attribute (`x86_64`, ...); None leaves it to NCCL, which fills it in.
     pub arch: Option<String>,
+    /// `vendor` attribute, the x86 CPU vendor; None leaves it to NCCL.
     pub vendor: Option<String>,
+    /// `familyid` attribute (Intel CPU family); None leaves it to NCCL.
     pub familyid: Option<u32>,
+    /// `modelid` attribute (Intel CPU model); None leaves it to NCCL.
     pub modelid: Option<u32>,
+    /// Top-level `<pci>` nodes below this CPU: switches and endpoints.
     pub pci: Vec<NcclPci>,
 }
 
 /// A `<pci>`: a switch (children) or a GPU/NIC (no children).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclPci {
+    /// `busid`: the node's guest PCI address, or an unused one for an invented switch.
     pub busid: Bdf,
+    /// `class`: 24-bit PCI class code ([`BRIDGE_CLASS`] for switches).
     pub class: u32,
+    /// `vendor` ID; None for a switch that stands for no host function.
     pub vendor: Option<u16>,
+    /// `device` ID; None for a switch that stands for no host function.
     pub device: Option<u16>,
+    /// `subsystem_vendor`; None when unknown or for an invented switch.
     pub subsystem_vendor: Option<u16>,
+    /// `subsystem_device`; None when unknown or for an invented switch.
     pub subsystem_device: Option<u16>,
     /// Kernel spelling, `32.0 GT/s PCIe`.
     pub link_speed: Option<String>,
+    /// `link_width`, in lanes; None when unknown (NCCL fills it where the bus id exists).
     pub link_width: Option<u8>,
+    /// Nodes below a switch; empty for a GPU or NIC.
     pub children: Vec<NcclPci>,
 }
 

@@ -27,6 +27,7 @@ pub struct AcsFlags {
 }
 
 impl AcsFlags {
+    /// Decodes the low seven bits of the ACS capability or control register.
     pub fn from_bits(v: u16) -> Self {
         Self {
             source_validation: v & 0x01 != 0,
@@ -39,6 +40,7 @@ impl AcsFlags {
         }
     }
 
+    /// Encodes the flags as the register's low seven bits (source validation in bit 0).
     pub fn bits(&self) -> u16 {
         [
             self.source_validation,
@@ -74,10 +76,13 @@ impl AcsFlags {
 /// A port's ACS capability (what it can do) and control (what is turned on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Acs {
+    /// Config-space offset of the ACS extended capability header (0x100 or above).
     #[serde(with = "crate::hex::u16")]
     #[schemars(with = "crate::hex::Hex")]
     pub offset: u16,
+    /// What the port supports (ACS Capability register).
     pub capability: AcsFlags,
+    /// What is enabled (ACS Control register); `request_redirect` decides peer routing.
     pub control: AcsFlags,
 }
 

@@ -19,8 +19,10 @@ pub const CONFIG_EXTENDED_LEN: usize = 4096;
 /// Why bytes cannot be read as a config space at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// Fewer bytes than the 64-byte header were read; holds the count read.
     #[error("config space has {0} bytes, fewer than the 64-byte header")]
     ShorterThanHeader(usize),
+    /// The vendor ID reads 0xffff: no function answers at this address.
     #[error("config space reads all ones at the vendor id: no function answers there")]
     NoFunction,
 }
@@ -28,17 +30,43 @@ pub enum ConfigError {
 /// Why a capability list is malformed. Offsets are config-space offsets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WalkError {
+    /// A capability pointer points into the header (below 0x40, or below 0x100 in
+    /// the extended list).
     #[error("capability pointer {ptr:#x} at {at:#x} points into the header")]
-    PointerIntoHeader { at: u16, ptr: u16 },
+    PointerIntoHeader {
+        /// Offset of the pointer that was followed (0 for the start of the extended list).
+        at: u16,
+        /// The pointer's value, below the header's end (0x40, or 0x100 for the extended list).
+        ptr: u16,
+    },
+    /// A capability pointer points past the bytes read or past its list's region.
     #[error("capability pointer {ptr:#x} at {at:#x} is past the {len} bytes read")]
-    PastEnd { at: u16, ptr: u16, len: usize },
+    PastEnd {
+        /// Offset of the pointer that was followed (0 for the start of the extended list).
+        at: u16,
+        /// The pointer's value, beyond the bytes read or the list's region.
+        ptr: u16,
+        /// Bytes of config space that were read.
+        len: usize,
+    },
+    /// The list comes back to a capability already visited.
     #[error("capability list loops back to {ptr:#x} (pointer at {at:#x})")]
-    Loop { at: u16, ptr: u16 },
+    Loop {
+        /// Offset of the pointer that was followed (0 for the start of the extended list).
+        at: u16,
+        /// The capability offset visited a second time.
+        ptr: u16,
+    },
+    /// A capability's length runs past the end of its region.
     #[error("capability {id:#x} at {offset:#x} claims {len} bytes, past the end of its region at {end:#x}")]
     Overrun {
+        /// Id of the capability (standard or extended).
         id: u16,
+        /// Config offset of the capability's header.
         offset: u16,
+        /// Length in bytes the capability's layout implies.
         len: u16,
+        /// End of its region: 0x100 for the standard list, 0x1000 for the extended one.
         end: usize,
     },
 }
@@ -46,34 +74,44 @@ pub enum WalkError {
 /// One capability in the standard (0x34) list, with the byte range it occupies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CapabilityEntry {
+    /// Capability id (0x10 PCI Express, 0x09 vendor-specific, ...; see [`super::cap_id`]).
     #[serde(with = "crate::hex::u8")]
     #[schemars(with = "crate::hex::Hex")]
     pub id: u8,
+    /// Config offset of the capability's header (0x40-0xff).
     #[serde(with = "crate::hex::u8")]
     #[schemars(with = "crate::hex::Hex")]
     pub offset: u8,
+    /// Next-capability pointer with the reserved low bits masked; 0 ends the list.
     #[serde(with = "crate::hex::u8")]
     #[schemars(with = "crate::hex::Hex")]
     pub next: u8,
     /// Bytes it occupies from `offset`; see `len_source` for how it is known.
     pub len: u16,
+    /// Whether `len` comes from the spec, from the capability itself, or is a guess.
     pub len_source: LenSource,
 }
 
 /// One capability in the extended (0x100) list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExtCapabilityEntry {
+    /// Extended capability id (0x000d ACS, ...; see [`super::ext_cap_id`]).
     #[serde(with = "crate::hex::u16")]
     #[schemars(with = "crate::hex::Hex")]
     pub id: u16,
+    /// Capability version, bits 19:16 of the header.
     pub version: u8,
+    /// Config offset of the capability's header (0x100-0xffc).
     #[serde(with = "crate::hex::u16")]
     #[schemars(with = "crate::hex::Hex")]
     pub offset: u16,
+    /// Next-capability offset, bits 31:20 of the header; 0 ends the list.
     #[serde(with = "crate::hex::u16")]
     #[schemars(with = "crate::hex::Hex")]
     pub next: u16,
+    /// Bytes it occupies from `offset`; see `len_source` for how it is known.
     pub len: u16,
+    /// Whether `len` comes from the spec, from the capability itself, or is a guess.
     pub len_source: LenSource,
 }
 
@@ -85,6 +123,7 @@ impl CapabilityEntry {
 }
 
 impl ExtCapabilityEntry {
+    /// End of its byte range (exclusive).
     pub fn end(&self) -> usize {
         self.offset as usize + self.len as usize
     }
@@ -109,14 +148,17 @@ impl<'a> ConfigSpace<'a> {
         Ok(cs)
     }
 
+    /// The raw bytes as read.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }
 
+    /// Number of config bytes read: 64, 256 or 4096 in practice.
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
 
+    /// True when no bytes were read; never for a space built by [`ConfigSpace::new`].
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
@@ -131,15 +173,18 @@ impl<'a> ConfigSpace<'a> {
         self.bytes.len() >= CONFIG_EXTENDED_LEN
     }
 
+    /// The byte at config offset `off`; None past the bytes read.
     pub fn u8_at(&self, off: usize) -> Option<u8> {
         self.bytes.get(off).copied()
     }
 
+    /// The little-endian 16-bit word at `off`; None past the bytes read.
     pub fn u16_at(&self, off: usize) -> Option<u16> {
         let b = self.bytes.get(off..off.checked_add(2)?)?;
         Some(u16::from_le_bytes([b[0], b[1]]))
     }
 
+    /// The little-endian 32-bit dword at `off`; None past the bytes read.
     pub fn u32_at(&self, off: usize) -> Option<u32> {
         let b = self.bytes.get(off..off.checked_add(4)?)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -150,18 +195,22 @@ impl<'a> ConfigSpace<'a> {
         u16::from_le_bytes([self.bytes[off], self.bytes[off + 1]])
     }
 
+    /// Vendor ID (offset 0x00); 0xffff means no function.
     pub fn vendor_id(&self) -> u16 {
         self.header_u16(0x00)
     }
 
+    /// Device ID (offset 0x02).
     pub fn device_id(&self) -> u16 {
         self.header_u16(0x02)
     }
 
+    /// Status register (offset 0x06); bit 4 says a capability list exists.
     pub fn status(&self) -> u16 {
         self.header_u16(0x06)
     }
 
+    /// Revision ID (offset 0x08).
     pub fn revision(&self) -> u8 {
         self.bytes[0x08]
     }
@@ -176,6 +225,7 @@ impl<'a> ConfigSpace<'a> {
         self.bytes[0x0e] & 0x7f
     }
 
+    /// Header type bit 7: the device has functions beyond 0.
     pub fn is_multi_function(&self) -> bool {
         self.bytes[0x0e] & 0x80 != 0
     }

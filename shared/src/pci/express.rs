@@ -9,19 +9,30 @@ use super::config::{ConfigSpace, WalkError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PciePortType {
+    /// PCI Express endpoint (type 0x0), such as a GPU or NIC.
     Endpoint,
+    /// Legacy PCI Express endpoint (type 0x1).
     LegacyEndpoint,
+    /// Root port of a root complex (type 0x4).
     RootPort,
+    /// Upstream port of a switch (type 0x5); the switch's link towards the root.
     SwitchUpstream,
+    /// Downstream port of a switch (type 0x6); one per slot below the switch.
     SwitchDownstream,
+    /// PCI Express to PCI/PCI-X bridge (type 0x7).
     PcieToPciBridge,
+    /// PCI/PCI-X to PCI Express bridge (type 0x8).
     PciToPcieBridge,
+    /// Root complex integrated endpoint (type 0x9).
     RcIntegratedEndpoint,
+    /// Root complex event collector (type 0xa).
     RcEventCollector,
+    /// A type value the spec reserves; holds the 4-bit value.
     Reserved(u8),
 }
 
 impl PciePortType {
+    /// Decodes bits 7:4 of the PCI Express Capabilities register, shifted down.
     pub fn from_bits(v: u8) -> Self {
         match v {
             0x0 => Self::Endpoint,
@@ -57,7 +68,9 @@ impl PciePortType {
 /// Negotiated link speed (GT/s) and width read from Link Status.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinkStatus {
+    /// Current link speed in GT/s (2.5 to 64.0).
     pub speed_gts: f32,
+    /// Negotiated link width in lanes.
     pub width: u8,
 }
 

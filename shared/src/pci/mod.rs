@@ -16,18 +16,28 @@ pub use express::{LinkStatus, PciePortType};
 
 /// Standard capability ids this crate names.
 pub mod cap_id {
+    /// PCI Power Management capability.
     pub const POWER_MANAGEMENT: u8 = 0x01;
+    /// Message Signalled Interrupts (MSI) capability.
     pub const MSI: u8 = 0x05;
+    /// Vendor-specific capability, the id NVIDIA's P2P and BTS capabilities use.
     pub const VENDOR_SPECIFIC: u8 = 0x09;
+    /// PCI Express capability: port type, link capabilities and status.
     pub const PCI_EXPRESS: u8 = 0x10;
+    /// MSI-X capability.
     pub const MSIX: u8 = 0x11;
 }
 
 /// Extended capability ids this crate names.
 pub mod ext_cap_id {
+    /// Advanced Error Reporting.
     pub const AER: u16 = 0x0001;
+    /// Access Control Services, which decides whether peer traffic is redirected upstream.
     pub const ACS: u16 = 0x000d;
+    /// Vendor-Specific Extended Capability (VSEC).
     pub const VENDOR_SPECIFIC: u16 = 0x000b;
+    /// Resizable BAR, which lets a GPU expose its whole memory through one BAR.
     pub const RESIZABLE_BAR: u16 = 0x0015;
+    /// Designated Vendor-Specific Extended Capability (DVSEC).
     pub const DVSEC: u16 = 0x0023;
 }

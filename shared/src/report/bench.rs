@@ -6,6 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::{CudaOrdinal, GpuIndex};
+
 /// Schema tag carried in every bench report.
 pub const BENCH_SCHEMA: &str = "vp2p.bench/1";
 
@@ -45,10 +47,14 @@ pub enum Mode {
     NcclNoP2p,
     /// One-way latency from a flag ping-pong kernel pair.
     Pingpong,
+    /// Every copy engine the pair offers and SM kernels on both GPUs, on one
+    /// transfer split by each part's measured share.
+    Max,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 8] = [
+    /// Every mode, in the order tables list them.
+    pub const ALL: [Mode; 9] = [
         Mode::Ce,
         Mode::SmRead,
         Mode::SmWrite,
@@ -57,8 +63,10 @@ impl Mode {
         Mode::Nccl,
         Mode::NcclNoP2p,
         Mode::Pingpong,
+        Mode::Max,
     ];
 
+    /// The name `--modes` takes and the JSON carries.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Ce => "ce",
@@ -69,15 +77,8 @@ impl Mode {
             Mode::Nccl => "nccl",
             Mode::NcclNoP2p => "nccl-nop2p",
             Mode::Pingpong => "pingpong",
+            Mode::Max => "max",
         }
-    }
-
-    /// Needs peer access between the pair (the driver maps the peer's memory).
-    pub fn needs_peer_access(self) -> bool {
-        matches!(
-            self,
-            Mode::Ce | Mode::SmRead | Mode::SmWrite | Mode::Pingpong
-        )
     }
 
     /// Measures a pair of GPUs (NCCL measures the whole set).
@@ -92,16 +93,18 @@ impl fmt::Display for Mode {
     }
 }
 
+/// A mode name that is not one of [`Mode::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode '{0}' (one of {names})", names = Mode::ALL.map(Mode::name).join(", "))]
+pub struct ModeParseError(pub String);
+
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ModeParseError;
+    fn from_str(s: &str) -> Result<Self, ModeParseError> {
         Mode::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
-                format!("unknown mode '{s}' (one of {})", names.join(", "))
-            })
+            .ok_or_else(|| ModeParseError(s.to_string()))
     }
 }
 
@@ -121,6 +124,7 @@ impl std::str::FromStr for Mode {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
+    /// One direction.
     Uni,
     /// Both directions at once; bandwidth counts the bytes of both.
     Bi,
@@ -129,9 +133,13 @@ pub enum Direction {
 /// Median and spread of a set of samples.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Stats {
+    /// The median, the figure tables show.
     pub median: f64,
+    /// The smallest sample.
     pub min: f64,
+    /// The largest sample.
     pub max: f64,
+    /// The mean of the samples.
     pub mean: f64,
     /// (max - min) / median, in percent.
     pub spread_pct: f64,
@@ -173,10 +181,12 @@ impl Stats {
 pub struct Verification {
     /// Bytes compared with the source pattern (every destination byte).
     pub checked_bytes: u64,
+    /// Compared bytes that differed (for NCCL, 4 per wrong float).
     pub mismatches: u64,
 }
 
 impl Verification {
+    /// Something was compared and nothing differed.
     pub fn ok(&self) -> bool {
         self.checked_bytes > 0 && self.mismatches == 0
     }
@@ -185,11 +195,14 @@ impl Verification {
 /// One measured configuration and all its samples.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Measurement {
+    /// How the bytes moved.
     pub mode: Mode,
+    /// One direction or both at once.
     pub direction: Direction,
-    /// CUDA ordinals; None for collective modes.
-    pub src: Option<usize>,
-    pub dst: Option<usize>,
+    /// Source GPU (its index in `gpus`); None for collective modes.
+    pub src: Option<GpuIndex>,
+    /// Destination GPU (its index in `gpus`); None for collective modes.
+    pub dst: Option<GpuIndex>,
     /// Bytes per copy (per direction); per rank for NCCL.
     pub bytes: u64,
     /// Copies (or collectives, or round trips) per sample.
@@ -200,24 +213,48 @@ pub struct Measurement {
     pub gbps: Stats,
     /// Microseconds per copy (one-way for ping-pong).
     pub latency_us: Stats,
+    /// What was compared after the warm-up and after every sample.
     pub verification: Verification,
+    /// For a transfer split over several engines (`max`): each part, its
+    /// share of the bytes and what it moved alone. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<TransferPart>,
 }
 
-/// A GPU as CUDA sees it.
+/// One engine's part of a split transfer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TransferPart {
+    /// What moves the part: `ce0`, `ce1`, ... (a stream each), `sm-write`, `sm-read`.
+    pub engine: String,
+    /// Bytes of each copy this part moves.
+    pub bytes: u64,
+    /// GB/s the part reached alone on the same copy size (the calibration).
+    pub alone_gbps: f64,
+}
+
+/// A GPU of the run, `gpus[i]` being GPU index i.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchGpu {
-    pub ordinal: usize,
+    /// CUDA's device ordinal (reports before 2026-11-23 wrote the index here;
+    /// they ran on every GPU, where the two agree).
+    pub ordinal: CudaOrdinal,
+    /// PCI address as CUDA reports it (`0000:00:06.0`).
     pub bdf: String,
+    /// The device's name (`NVIDIA H200`).
     pub name: String,
+    /// Compute capability, major and minor.
     pub compute_capability: [i32; 2],
+    /// Device memory in bytes.
     pub memory_bytes: u64,
 }
 
 /// What was decided and measured for one ordered pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchPair {
-    pub src: usize,
-    pub dst: usize,
+    /// Source GPU index.
+    pub src: GpuIndex,
+    /// Destination GPU index.
+    pub dst: GpuIndex,
     /// Path class as `nvidia-smi topo -m` would print it.
     pub class: String,
     /// cuDeviceCanAccessPeer.
@@ -231,20 +268,28 @@ pub struct BenchPair {
 /// Where the numbers came from.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Machine {
+    /// The machine's host name.
     pub hostname: String,
+    /// Kernel release (`uname -r`).
     pub kernel: String,
+    /// CPU model name.
     pub cpu: String,
+    /// Logical CPUs.
     pub cpus: usize,
+    /// NVIDIA driver version (`580.159.04`).
     pub driver_version: String,
     /// cuDriverGetVersion, for example 13000.
     pub cuda_driver_api: i32,
+    /// NCCL's version when libnccl loads (`2.28.3`).
     pub nccl_version: Option<String>,
 }
 
 /// How the numbers were taken.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Method {
+    /// Timed samples per measurement.
     pub samples: u32,
+    /// Copies of the verified, untimed warm-up.
     pub warmup_copies: u32,
     /// A spin kernel holds each stream while copies are queued, then releases them.
     pub spin_release: bool,
@@ -252,6 +297,7 @@ pub struct Method {
     pub headline_bytes: u64,
     /// The size small-copy latency is printed at.
     pub latency_bytes: u64,
+    /// What GB means in the tables: `1e9 bytes`, as nvbandwidth and nccl-tests count.
     pub gb_is: String,
     /// Peer access policy: "decision", "all" or "off".
     pub peer_access: String,
@@ -260,14 +306,23 @@ pub struct Method {
 /// The whole bench report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchReport {
+    /// Schema tag, `vp2p.bench/1`.
     pub schema: String,
+    /// p2p-guest's version.
     pub tool_version: String,
+    /// The run's name, shown by compare.
     pub label: String,
+    /// Where it ran.
     pub machine: Machine,
+    /// The GPUs, `gpus[i]` being GPU index i.
     pub gpus: Vec<BenchGpu>,
+    /// Every ordered pair's class and peer-access decision.
     pub pairs: Vec<BenchPair>,
+    /// How the numbers were taken.
     pub method: Method,
+    /// Every measurement with all its samples.
     pub results: Vec<Measurement>,
+    /// What the run had to say (skipped pairs, retaken samples, probe flags).
     pub notes: Vec<String>,
 }
 
@@ -277,8 +332,8 @@ impl BenchReport {
         &self,
         mode: Mode,
         direction: Direction,
-        src: Option<usize>,
-        dst: Option<usize>,
+        src: Option<GpuIndex>,
+        dst: Option<GpuIndex>,
         bytes: u64,
     ) -> Option<&Measurement> {
         self.results.iter().find(|m| {
@@ -314,9 +369,12 @@ mod tests {
             let json = serde_json::to_string(&m).unwrap();
             assert_eq!(json, format!("\"{}\"", m.name()));
         }
-        assert!("sm"
-            .parse::<Mode>()
-            .unwrap_err()
-            .contains("unknown mode 'sm'"));
+        let e = "sm".parse::<Mode>().unwrap_err();
+        assert_eq!(e, ModeParseError("sm".into()));
+        assert!(
+            e.to_string()
+                .starts_with("unknown mode 'sm' (one of ce, sm-read,"),
+            "{e}"
+        );
     }
 }

@@ -2,20 +2,11 @@
 //! (bandwidth at the headline size, latency at the small size), one-way
 //! latency, NCCL bus bandwidth, and a size sweep per pair.
 
+use crate::{ByteSize, GpuIndex};
 use std::fmt::Write;
 
 use super::bench::{BenchReport, Direction, Measurement, Mode};
 use super::table::Table;
-
-/// "4 B", "16 KiB", "256 MiB", "1 GiB".
-pub fn size_label(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
-    }
-}
 
 /// A number for a table or an axis: two decimals from 1 up, three
 /// significant digits below (0.00213, not 0.00), so small bandwidths and
@@ -40,12 +31,13 @@ fn cell(m: Option<&Measurement>, value: impl Fn(&Measurement) -> f64) -> String 
     }
 }
 
-const COPY_MODES: [Mode; 5] = [
+const COPY_MODES: [Mode; 6] = [
     Mode::Ce,
     Mode::SmRead,
     Mode::SmWrite,
     Mode::Staged,
     Mode::Driver,
+    Mode::Max,
 ];
 
 impl BenchReport {
@@ -53,14 +45,19 @@ impl BenchReport {
         self.results.iter().any(|m| m.mode == mode)
     }
 
-    fn matrix(&self, title: &str, get: impl Fn(usize, usize) -> String) -> String {
+    /// A GPU-by-GPU table; the diagonal (device-local copies) shows "-"
+    /// unless the run measured it (`bench --pairs self`).
+    fn matrix(&self, title: &str, get: impl Fn(GpuIndex, GpuIndex) -> String) -> String {
         let n = self.gpus.len();
         let mut header = vec!["D\\D".to_string()];
         header.extend((0..n).map(|j| j.to_string()));
         let mut t = Table::new(header).indent(2);
-        for i in 0..n {
-            let mut row = vec![i.to_string()];
-            row.extend((0..n).map(|j| if i == j { "-".into() } else { get(i, j) }));
+        for i in (0..n).map(GpuIndex) {
+            let mut row = vec![i.0.to_string()];
+            row.extend((0..n).map(GpuIndex).map(|j| match get(i, j) {
+                absent if i == j && absent == "n/a" => "-".into(),
+                v => v,
+            }));
             t.row(row);
         }
         format!("{title}\n{}", t.render())
@@ -82,17 +79,22 @@ impl BenchReport {
             mc.cuda_driver_api,
             mc.nccl_version.as_deref().unwrap_or("absent")
         );
-        for g in &self.gpus {
+        for (i, g) in self.gpus.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  GPU{} {} {} (sm_{}{})",
-                g.ordinal, g.bdf, g.name, g.compute_capability[0], g.compute_capability[1]
+                "  {} {} {} (sm_{}{}, CUDA ordinal {})",
+                GpuIndex(i),
+                g.bdf,
+                g.name,
+                g.compute_capability[0],
+                g.compute_capability[1],
+                g.ordinal
             );
         }
         let mut t = Table::new(["PAIR", "LINK", "CUDA", "PEER ACCESS", "WHY"]).indent(2);
         for p in &self.pairs {
             t.row([
-                format!("GPU{}->GPU{}", p.src, p.dst),
+                format!("{}->{}", p.src, p.dst),
                 p.class.clone(),
                 if p.cuda_can_access { "can" } else { "cannot" }.into(),
                 if p.peer_access { "on" } else { "off" }.into(),
@@ -118,11 +120,11 @@ impl BenchReport {
             out.push_str(&self.matrix(
                 &format!(
                     "{mode}: unidirectional bandwidth (GB/s) at {}",
-                    size_label(head)
+                    ByteSize(head)
                 ),
                 uni,
             ));
-            let bi = |i: usize, j: usize| {
+            let bi = |i: GpuIndex, j: GpuIndex| {
                 let (a, b) = (i.min(j), i.max(j));
                 cell(
                     self.find(mode, Direction::Bi, Some(a), Some(b), head),
@@ -132,7 +134,7 @@ impl BenchReport {
             out.push_str(&self.matrix(
                 &format!(
                     "{mode}: bidirectional bandwidth (GB/s, both directions) at {}",
-                    size_label(head)
+                    ByteSize(head)
                 ),
                 bi,
             ));
@@ -143,7 +145,7 @@ impl BenchReport {
                 )
             };
             out.push_str(&self.matrix(
-                &format!("{mode}: latency per copy (us) at {}", size_label(lat)),
+                &format!("{mode}: latency per copy (us) at {}", ByteSize(lat)),
                 l,
             ));
             out.push('\n');
@@ -174,7 +176,7 @@ impl BenchReport {
             let mut t = Table::new(["SIZE", "P2P allowed", "NCCL_P2P_DISABLE=1"]).indent(2);
             for s in sizes {
                 t.row([
-                    size_label(s),
+                    ByteSize(s).to_string(),
                     cell(self.find(Mode::Nccl, Direction::Bi, None, None, s), |m| {
                         m.gbps.median
                     }),
@@ -194,13 +196,14 @@ impl BenchReport {
             .iter()
             .filter(|m| !m.verification.ok())
             .map(|m| {
+                let at = |g: Option<GpuIndex>| g.map_or("all".to_string(), |g| g.to_string());
                 format!(
-                    "{} {:?} {:?}->{:?} {}",
+                    "{} {:?} {}->{} {}",
                     m.mode,
                     m.direction,
-                    m.src,
-                    m.dst,
-                    size_label(m.bytes)
+                    at(m.src),
+                    at(m.dst),
+                    ByteSize(m.bytes)
                 )
             })
             .collect();
@@ -248,16 +251,12 @@ impl BenchReport {
             if sizes.is_empty() {
                 continue;
             }
-            let _ = writeln!(
-                out,
-                "Size sweep GPU{} -> GPU{}: GB/s (us per copy)",
-                p.src, p.dst
-            );
+            let _ = writeln!(out, "Size sweep {} -> {}: GB/s (us per copy)", p.src, p.dst);
             let mut header = vec!["SIZE".to_string()];
             header.extend(modes.iter().map(|m| m.to_string()));
             let mut t = Table::new(header).indent(2);
             for s in sizes {
-                let mut row = vec![size_label(s)];
+                let mut row = vec![ByteSize(s).to_string()];
                 for m in &modes {
                     let found = self.find(*m, Direction::Uni, Some(p.src), Some(p.dst), s);
                     row.push(match found {

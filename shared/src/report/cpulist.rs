@@ -27,6 +27,7 @@ impl CpuList {
         Some(Self(set))
     }
 
+    /// True when every CPU of this non-empty list is also in `other`; false when empty.
     pub fn is_subset(&self, other: &CpuList) -> bool {
         !self.0.is_empty() && self.0.is_subset(&other.0)
     }

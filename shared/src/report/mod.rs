@@ -9,7 +9,7 @@ pub mod table;
 pub mod topo;
 mod topo_text;
 
-pub use bench_text::{significant, size_label};
+pub use bench_text::significant;
 pub use cpulist::CpuList;
 pub use plan::{PlanReport, PLAN_SCHEMA};
 pub use table::Table;

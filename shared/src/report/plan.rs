@@ -16,9 +16,13 @@ pub const PLAN_SCHEMA: &str = "vp2p.plan/1";
 /// Plans for every VM of one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlanReport {
+    /// Schema tag, [`PLAN_SCHEMA`] (`vp2p.plan/1`).
     pub schema: String,
+    /// The sysfs tree the plan was made from: `/sys`, or a captured snapshot's path.
     pub sysfs_root: String,
+    /// The farthest PCIe class at which GPUs share a clique (`--max-level`).
     pub max_level: MaxLevel,
+    /// One clique plan per VM, in the order the VMs were given.
     pub vms: Vec<CliquePlan>,
     /// The guest layout asked for (`--guest-topology`).
     #[serde(default)]
@@ -33,6 +37,7 @@ pub struct PlanReport {
 }
 
 impl PlanReport {
+    /// A report tagged with [`PLAN_SCHEMA`], from the per-VM plans and their guest layouts.
     pub fn new(
         sysfs_root: &str,
         max_level: MaxLevel,

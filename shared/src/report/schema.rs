@@ -6,9 +6,25 @@ use schemars::Schema;
 /// A document: its name on the command line, its schema tag, its schema.
 pub type Document = (&'static str, &'static str, Schema);
 
+/// Why a schema could not be printed.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// No document by that name.
+    #[error("no document '{name}': one of {choices}")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names there are, comma-separated.
+        choices: String,
+    },
+    /// The schema did not serialise (a bug in a type's schema).
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// What `schema` prints: the list of documents, or one document's schema with
 /// its `$id`; an error names the choices.
-pub fn render(docs: &[Document], name: Option<&str>) -> Result<String, String> {
+pub fn render(docs: &[Document], name: Option<&str>) -> Result<String, SchemaError> {
     let Some(n) = name else {
         return Ok(docs
             .iter()
@@ -18,13 +34,11 @@ pub fn render(docs: &[Document], name: Option<&str>) -> Result<String, String> {
     let (_, tag, schema) = docs
         .iter()
         .find(|(name, _, _)| name.eq_ignore_ascii_case(n))
-        .ok_or_else(|| {
-            let names: Vec<&str> = docs.iter().map(|d| d.0).collect();
-            format!("no document '{n}': one of {}", names.join(", "))
+        .ok_or_else(|| SchemaError::Unknown {
+            name: n.to_string(),
+            choices: docs.iter().map(|d| d.0).collect::<Vec<_>>().join(", "),
         })?;
     let mut v = schema.as_value().clone();
     v["$id"] = serde_json::Value::String(format!("https://vp2p.invalid/schemas/{tag}"));
-    serde_json::to_string_pretty(&v)
-        .map(|t| t + "\n")
-        .map_err(|e| e.to_string())
+    Ok(serde_json::to_string_pretty(&v)? + "\n")
 }

@@ -26,6 +26,7 @@ impl Table {
         self
     }
 
+    /// Appends a data row below the header, one string per column.
     pub fn row<I, S>(&mut self, cells: I) -> &mut Self
     where
         I: IntoIterator<Item = S>,
@@ -35,10 +36,12 @@ impl Table {
         self
     }
 
+    /// Number of data rows, the header not counted.
     pub fn len(&self) -> usize {
         self.rows.len() - 1
     }
 
+    /// True when only the header row is present.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -21,19 +21,29 @@ pub const TOPO_SCHEMA: &str = "vp2p.topo/1";
 pub struct DeviceEntry {
     /// Matrix label: GPU0, NIC0, NVS0.
     pub label: String,
+    /// Host PCI address of the function.
     pub bdf: Bdf,
+    /// PCI vendor ID as hex text (`0x10de`).
     pub vendor: String,
+    /// PCI device ID as hex text (`0x2330`).
     pub device: String,
+    /// 24-bit class code as hex text (`0x030200`).
     pub class: String,
+    /// Bound kernel driver (`nvidia`, `vfio-pci`, `mlx5_core`); None when unbound.
     pub driver: Option<String>,
+    /// sysfs name of the host bridge (root complex) it sits below (`pci0000:00`).
     pub host_bridge: String,
     /// The function's own NUMA node, else its host bridge's.
     pub numa_node: Option<u32>,
+    /// `local_cpulist`, the CPUs nearest the device; None when sysfs lacks it.
     pub cpu_affinity: Option<String>,
+    /// IOMMU group number; None when the IOMMU is off.
     pub iommu_group: Option<u32>,
+    /// PCIe link speed and width, current and max, as sysfs reports them.
     pub link: LinkInfo,
     /// Bridges from the host bridge down to the device.
     pub path: Vec<Bdf>,
+    /// Network and RDMA interface names below the function (`net/`, `infiniband/`).
     pub interfaces: Vec<String>,
     /// RDMA devices (`infiniband/`): a NIC row holds at least one unless the
     /// report was asked for every network function.
@@ -44,29 +54,41 @@ pub struct DeviceEntry {
 /// A bridge on some GPU's or NIC's path, with its ACS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BridgeEntry {
+    /// Address of the bridge.
     pub bdf: Bdf,
+    /// PCIe port type (root port, switch upstream or downstream); None when unknown.
     pub port_type: Option<PciePortType>,
+    /// Its ACS capability and controls, or why they are unknown or were not read.
     pub acs: AcsState,
+    /// IOMMU group number of the bridge; None when the IOMMU is off.
     pub iommu_group: Option<u32>,
 }
 
 /// The square matrix `nvidia-smi topo -m` prints: labels and cells.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Matrix {
+    /// Row and column labels: GPU0.., then NIC0.. (the same order for both).
     pub labels: Vec<String>,
+    /// `cells[i][j]`: the path class between `labels[i]` and `labels[j]` (X on the diagonal).
     pub cells: Vec<Vec<PathClass>>,
 }
 
 /// The whole topo report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TopoReport {
+    /// Schema tag, [`TOPO_SCHEMA`] (`vp2p.topo/1`).
     pub schema: String,
+    /// The sysfs tree scanned: `/sys`, or a captured snapshot's path.
     pub sysfs_root: String,
+    /// How GPUs were picked out (NVIDIA display class, a class prefix, or a list).
     pub gpu_selector: GpuSelector,
+    /// Where the NVLink map came from; None when no source found one.
     pub nvlink_source: Option<NvLinkSource>,
     /// GPUs in ascending address order; `links` and `pairs` index into it.
     pub gpus: Vec<DeviceEntry>,
+    /// NICs in ascending address order (RDMA functions unless every network one was asked).
     pub nics: Vec<DeviceEntry>,
+    /// NVSwitch functions (NVS0..); they have no matrix row.
     pub nvswitches: Vec<DeviceEntry>,
     /// `links[i][j]`: class between gpus[i] and gpus[j].
     pub links: Vec<Vec<PathClass>>,
@@ -74,9 +96,13 @@ pub struct TopoReport {
     pub matrix: Matrix,
     /// Every unordered GPU pair (i < j) with its route.
     pub pairs: Vec<PairPath>,
+    /// Every bridge on a GPU's or NIC's path, in address order, with its ACS.
     pub bridges: Vec<BridgeEntry>,
+    /// Every host bridge of the machine, with its NUMA node.
     pub host_bridges: Vec<HostBridge>,
+    /// NUMA nodes and their CPUs; empty when sysfs has no node directory.
     pub numa_nodes: Vec<NumaNode>,
+    /// What the scan could not establish and other caveats, in words for the operator.
     pub notes: Vec<String>,
 }
 

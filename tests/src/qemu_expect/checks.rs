@@ -12,6 +12,7 @@ use super::*;
 use Meet::{HostBridges, RootComplex, Sockets, Switch, UnknownNuma};
 
 impl Expect {
+    /// The GPU with QEMU id `id`; panics when the table has none.
     pub fn gpu(&self, id: &str) -> &Gpu {
         self.gpus
             .iter()

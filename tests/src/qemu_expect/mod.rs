@@ -30,7 +30,9 @@ use p2p_shared::Bdf;
 pub struct Gpu {
     /// QEMU device id; the NVMe serial is `vp2p-<id>`.
     pub id: &'static str,
+    /// The address the guest gives it (SeaBIOS bus numbering).
     pub bdf: &'static str,
+    /// Its host bridge (`pci0000:20`).
     pub host_bridge: &'static str,
     /// None for pcie.0, which has no `_PXM`.
     pub numa: Option<u32>,
@@ -56,9 +58,13 @@ pub enum Meet {
 /// A pair of devices (GPU or NIC ids) and what `nvidia-smi` would print.
 #[derive(Debug, Clone, Copy)]
 pub struct Pair {
+    /// QEMU id of one device.
     pub a: &'static str,
+    /// QEMU id of the other device.
     pub b: &'static str,
+    /// What `nvidia-smi topo -m` prints for the pair (PIX, PHB, NODE, ...).
     pub class: PathClass,
+    /// Where their peer traffic turns.
     pub meet: Meet,
 }
 
@@ -67,13 +73,17 @@ pub struct Pair {
 pub struct Expect {
     /// boot.sh `--topology` name.
     pub name: &'static str,
+    /// The "GPUs" (NVMe controllers) it places.
     pub gpus: &'static [Gpu],
     /// NICs as (QEMU id, address): QEMU's e1000e.
     pub nics: &'static [(&'static str, &'static str)],
     /// Every unordered pair of GPUs and NICs.
     pub pairs: &'static [Pair],
+    /// Addresses of its `pcie-root-port`s.
     pub root_ports: &'static [&'static str],
+    /// Addresses of its switches' upstream ports (x3130).
     pub switch_upstream: &'static [&'static str],
+    /// Addresses of its switches' downstream ports (xio3130).
     pub switch_downstream: &'static [&'static str],
     /// GPU pairs that Linux puts into one IOMMU group when the IOMMU is on
     /// (everything below a downstream port without ACS shares a group; see
