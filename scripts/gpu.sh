@@ -4,7 +4,8 @@
 #                                test binary into DIR (default .carry/)
 #   scripts/gpu.sh run [DIR]     on a VM with >= 2 NVIDIA GPUs (no Rust needed):
 #                                probe, tune the SM copy kernel, GPU tests, full bench,
-#                                forced-staging bench; results under $OUT (or ./gpu-results)
+#                                max beside single methods, forced-staging bench;
+#                                results under $OUT (or ./gpu-results)
 set -euo pipefail
 cmd=${1:-}
 dir=${2:-.carry}
@@ -51,6 +52,10 @@ PY
     timeout 400 "$b" bench "${sm[@]}" --label "p2p (peer access as decided)" --no-progress \
         --json "$out/bench-p2p.json" > "$out/bench-p2p.txt"
     tail -n 60 "$out/bench-p2p.txt"
+    echo "== max beside the single methods (every copy engine and both SM kernels on one transfer)"
+    timeout 300 "$b" bench "${sm[@]}" --modes ce,sm-read,sm-write,max --sizes 64M,256M,1G \
+        --label "max" --no-progress --json "$out/bench-max.json" > "$out/bench-max.txt"
+    grep -A6 "Size sweep" "$out/bench-max.txt" | head -20
     echo "== bench with peer access off (every copy staged)"
     timeout 300 "$b" bench --modes ce,staged,driver --peer-access off --label "peer access off" \
         --no-progress --json "$out/bench-nop2p.json" > "$out/bench-nop2p.txt"

@@ -112,8 +112,8 @@ pub struct MethodConfig {
 /// ping-pong).
 pub fn method(mode: Mode, cfg: &MethodConfig) -> Option<Box<dyn TransferMethod>> {
     Some(match mode {
-        Mode::Ce => Box::new(ce::CopyEngine),
-        Mode::Driver => Box::new(ce::DriverPath),
+        Mode::Ce => Box::new(ce::PeerCopy::engine()),
+        Mode::Driver => Box::new(ce::PeerCopy::driver()),
         Mode::SmRead => Box::new(sm::SmCopyMethod::read()),
         Mode::SmWrite => Box::new(sm::SmCopyMethod::write()),
         Mode::Staged => Box::new(StagedPipeline::new(cfg.staged_chunk, cfg.staged_depth)),
