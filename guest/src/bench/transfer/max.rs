@@ -78,8 +78,9 @@ pub struct Max {
     only: Option<usize>,
     /// Splitting lost to the fastest part alone at this size.
     whole: bool,
-    /// The (bytes, legs) the shares were measured for.
-    calibrated: Option<(u64, usize)>,
+    /// The size and the legs' (source, destination) the shares were
+    /// measured for: another pair or direction is measured again.
+    calibrated: Option<(u64, Vec<(GpuIndex, GpuIndex)>)>,
 }
 
 impl Max {
@@ -155,7 +156,11 @@ impl TransferMethod for Max {
     }
 
     fn calibrate(&mut self, rig: &Rig, legs: &[Leg<'_>], bytes: u64) -> Result<(), CudaError> {
-        if self.calibrated == Some((bytes, legs.len())) || legs.is_empty() {
+        let key = (
+            bytes,
+            legs.iter().map(|l| (l.src, l.dst)).collect::<Vec<_>>(),
+        );
+        if self.calibrated.as_ref() == Some(&key) || legs.is_empty() {
             return Ok(());
         }
         self.engines = Self::engines_for(rig, &legs[0]);
@@ -181,7 +186,7 @@ impl TransferMethod for Max {
         let split_gbps = if secs > 0.0 { moved / secs / GB } else { 0.0 };
         let best = self.alone_gbps.iter().copied().fold(0.0, f64::max);
         self.whole = split_gbps < best;
-        self.calibrated = Some((bytes, legs.len()));
+        self.calibrated = Some(key);
         Ok(())
     }
 
@@ -196,10 +201,10 @@ impl TransferMethod for Max {
     }
 
     fn parts(&self) -> Vec<TransferPart> {
-        let Some((bytes, _)) = self.calibrated else {
+        let Some((bytes, _)) = &self.calibrated else {
             return Vec::new();
         };
-        let split = self.split(bytes);
+        let split = self.split(*bytes);
         self.engines
             .iter()
             .zip(&self.alone_gbps)
