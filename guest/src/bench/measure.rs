@@ -2,6 +2,7 @@
 //! of a transfer method, NCCL all-reduces, ping-pong) and goes through the
 //! one sampling loop.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 use p2p_shared::report::bench::{Direction, Measurement, Mode};
@@ -36,7 +37,7 @@ impl Run<'_> {
     pub(super) fn all(&mut self, jobs: &[Job]) -> Result<Vec<Measurement>, BenchError> {
         let copy_max = jobs
             .iter()
-            .filter(|j| transfer::method(j.mode, &self.method_cfg).is_some())
+            .filter(|j| j.mode.is_copy())
             .map(|j| j.bytes)
             .max();
         let buffers = copy_max
@@ -82,10 +83,13 @@ impl Run<'_> {
                     self.sampled(job, &mut run)?
                 }
                 mode => {
-                    let Some(made) = transfer::method(mode, &self.method_cfg) else {
-                        continue;
+                    let method = match methods.entry(mode) {
+                        Entry::Occupied(e) => e.into_mut(),
+                        Entry::Vacant(e) => match transfer::method(mode, &self.method_cfg) {
+                            Some(m) => e.insert(m),
+                            None => continue,
+                        },
                     };
-                    let method = methods.entry(mode).or_insert(made);
                     let bufs = buffers
                         .as_ref()
                         .ok_or(BenchError::NoCuda("buffers".into()))?;

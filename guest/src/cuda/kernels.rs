@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr}
 use p2p_kernels as k;
 use p2p_shared::CudaOrdinal;
 
-use super::memory::{bind, DeviceBuffer, PinnedBuffer};
+use super::memory::{DeviceBuffer, PinnedBuffer};
 use super::CudaError;
 
 /// One GPU's loaded kernels.
@@ -128,7 +128,6 @@ impl Kernels {
         let release = control.device_at(0, 4, "spin release flag")?;
         let timed_out = control.device_at(4 * (1 + slot as u64), 4, "spin timeout flag")?;
         let waited = control.device_at(waited_off, 8, "spin cycles")?;
-        bind(stream.context(), self.ordinal)?;
         // SAFETY: the three words are inside the mapped pinned buffer
         // (checked), which lives as long as the rig that owns the streams;
         // `spin` is vp2p_spin in this context.

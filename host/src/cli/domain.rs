@@ -44,6 +44,7 @@ pub fn patch(
     let (root, topo, selector) = args.topology.load()?;
     let tree = root.path().display().to_string();
     let mut devices: Vec<Bdf> = Vec::new();
+    let mut has_gpu = false;
     let mut notes = Vec::new();
     for h in &domain.hostdevs {
         let Some(f) = topo.function(h.host) else {
@@ -54,17 +55,17 @@ pub fn patch(
             );
         };
         match selector.role(f) {
-            Role::Gpu | Role::Nic => devices.push(h.host),
+            role @ (Role::Gpu | Role::Nic) => {
+                has_gpu |= role == Role::Gpu;
+                devices.push(h.host);
+            }
             _ => notes.push(format!(
                 "{}: neither a GPU nor an RDMA NIC, left as it is",
                 h.host
             )),
         }
     }
-    if !devices.iter().any(|b| {
-        topo.function(*b)
-            .is_some_and(|f| selector.role(f) == Role::Gpu)
-    }) {
+    if !has_gpu {
         notes.push(format!(
             "{source}: no GPU among the domain's PCI hostdevs: nothing to patch"
         ));

@@ -81,6 +81,11 @@ impl Mode {
         }
     }
 
+    /// Moves bytes from one GPU's buffer to another's (not NCCL, not ping-pong).
+    pub fn is_copy(self) -> bool {
+        !matches!(self, Mode::Nccl | Mode::NcclNoP2p | Mode::Pingpong)
+    }
+
     /// Measures a pair of GPUs (NCCL measures the whole set).
     pub fn is_pairwise(self) -> bool {
         !matches!(self, Mode::Nccl | Mode::NcclNoP2p)

@@ -31,15 +31,6 @@ fn cell(m: Option<&Measurement>, value: impl Fn(&Measurement) -> f64) -> String 
     }
 }
 
-const COPY_MODES: [Mode; 6] = [
-    Mode::Ce,
-    Mode::SmRead,
-    Mode::SmWrite,
-    Mode::Staged,
-    Mode::Driver,
-    Mode::Max,
-];
-
 impl BenchReport {
     fn present(&self, mode: Mode) -> bool {
         self.results.iter().any(|m| m.mode == mode)
@@ -110,7 +101,10 @@ impl BenchReport {
 
         let head = self.method.headline_bytes;
         let lat = self.method.latency_bytes;
-        for mode in COPY_MODES.into_iter().filter(|m| self.present(*m)) {
+        for mode in Mode::ALL
+            .into_iter()
+            .filter(|m| m.is_copy() && self.present(*m))
+        {
             let uni = |i, j| {
                 cell(
                     self.find(mode, Direction::Uni, Some(i), Some(j), head),
@@ -227,9 +221,9 @@ impl BenchReport {
     }
 
     fn render_sweeps(&self, out: &mut String) {
-        let modes: Vec<Mode> = COPY_MODES
+        let modes: Vec<Mode> = Mode::ALL
             .into_iter()
-            .filter(|m| self.present(*m))
+            .filter(|m| m.is_copy() && self.present(*m))
             .collect();
         if modes.is_empty() {
             return;

@@ -2,8 +2,8 @@
 //! (copy engine, the driver's own path, SM kernels, host staging, all of
 //! them at once), each saying what it needs and queuing one copy; and the
 //! timing every method shares (legs queued behind spin kernels, released
-//! together, timed with events). Adding a copy mode is a new file here and a
-//! line in [`method`].
+//! together, timed with events). Adding a copy mode is a new file here, a
+//! line in [`method`], and its name in the report's `Mode`.
 
 mod ce;
 mod max;

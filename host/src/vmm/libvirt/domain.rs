@@ -7,6 +7,9 @@ use std::ops::Range;
 use p2p_shared::Bdf;
 use roxmltree::{Document, Node};
 
+pub use super::xml::Element;
+use super::xml::{child, element, indent_before, int, line_of, start_tag_quote};
+
 use super::{CLIQUE_PROPERTY, QEMU_NAMESPACE};
 use p2p_shared::nccl_topo::FW_CFG_NAME;
 
@@ -93,29 +96,8 @@ pub struct SetProperty {
     pub name: String,
     /// Its value.
     pub value: String,
-    /// Where the frontend element ends (its end tag's position), to add
-    /// properties to; None for an empty `<qemu:frontend/>`.
-    pub frontend: Option<Element>,
-}
-
-/// An element, located: its range and the indentation of its children.
-#[derive(Debug, Clone)]
-pub struct Element {
-    /// The whole element, start tag to end tag.
-    pub range: Range<usize>,
-    /// Where its last child element ends, or its start tag (None when it has
-    /// no child elements).
-    pub last_child_end: Option<usize>,
-    /// The start tag's end (after `>`), or the `/>` when self-closing.
-    pub start_tag_end: usize,
-    /// Whether it is written `<x/>`.
-    pub self_closing: bool,
-    /// Its qualified name as written (`qemu:override`).
-    pub qname: String,
-    /// Its own indentation.
-    pub indent: String,
-    /// Its children's indentation.
-    pub child_indent: String,
+    /// The `<qemu:frontend>` it sits in, where more properties go.
+    pub frontend: Element,
 }
 
 /// The clique a `<qemu:commandline>` argument sets.
@@ -251,7 +233,7 @@ impl<'a> Domain<'a> {
                                 alias: alias.clone(),
                                 name: p.attribute("name").unwrap_or_default().to_string(),
                                 value: p.attribute("value").unwrap_or_default().to_string(),
-                                frontend: Some(element(text, fe)),
+                                frontend: element(text, fe),
                             });
                         }
                     }
@@ -326,17 +308,8 @@ impl<'a> Domain<'a> {
     }
 }
 
-fn child<'a, 'i>(n: Node<'a, 'i>, name: &str) -> Option<Node<'a, 'i>> {
-    n.children()
-        .find(|c| c.is_element() && c.has_tag_name(name))
-}
-
 fn is_pci_hostdev(n: Node) -> bool {
     n.attribute("mode").unwrap_or("subsystem") == "subsystem" && n.attribute("type") == Some("pci")
-}
-
-fn line_of(text: &str, pos: usize) -> u32 {
-    text[..pos].bytes().filter(|b| *b == b'\n').count() as u32 + 1
 }
 
 /// A number attribute in libvirt's forms: `0x1b` or decimal. None when absent.
@@ -349,16 +322,15 @@ fn number(
     let Some(v) = n.attribute(attr) else {
         return Ok(None);
     };
-    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    parsed.map(Some).map_err(|_| DomainError::Number {
-        line: line_of(text, n.range().start),
-        element,
-        attr,
-        value: v.to_string(),
-    })
+    int(v)
+        .and_then(|x| u32::try_from(x).ok())
+        .map(Some)
+        .ok_or_else(|| DomainError::Number {
+            line: line_of(text, n.range().start),
+            element,
+            attr,
+            value: v.to_string(),
+        })
 }
 
 fn small(
@@ -419,68 +391,6 @@ fn hostdev(text: &str, n: Node) -> Result<Option<Hostdev>, DomainError> {
         child_indent: indent_before(text, source.range().start),
         line: line_of(text, n.range().start),
     }))
-}
-
-/// The whitespace between the start of `pos`'s line and `pos`.
-fn indent_before(text: &str, pos: usize) -> String {
-    let line_start = text[..pos].rfind('\n').map_or(0, |i| i + 1);
-    let lead = &text[line_start..pos];
-    if lead.chars().all(char::is_whitespace) {
-        lead.to_string()
-    } else {
-        String::new()
-    }
-}
-
-/// Where the start tag of `n` ends (after `>`), honouring quoted values.
-fn start_tag_end(text: &str, n: Node) -> (usize, bool) {
-    let bytes = text.as_bytes();
-    let mut quote = None;
-    let mut i = n.range().start;
-    while i < n.range().end {
-        match (quote, bytes[i]) {
-            (None, b'\'' | b'"') => quote = Some(bytes[i]),
-            (Some(q), c) if c == q => quote = None,
-            (None, b'>') => return (i + 1, i > 0 && bytes[i - 1] == b'/'),
-            _ => {}
-        }
-        i += 1;
-    }
-    (n.range().end, true)
-}
-
-fn start_tag_quote(text: &str, n: Node) -> char {
-    let (end, _) = start_tag_end(text, n);
-    let tag = &text[n.range().start..end];
-    if tag.contains('"') && !tag.contains('\'') {
-        '"'
-    } else {
-        '\''
-    }
-}
-
-fn element(text: &str, n: Node) -> Element {
-    let (start_tag_end, self_closing) = start_tag_end(text, n);
-    let last = n.children().rfind(Node::is_element);
-    let indent = indent_before(text, n.range().start);
-    let child_indent = n
-        .children()
-        .find(Node::is_element)
-        .map(|c| indent_before(text, c.range().start))
-        .unwrap_or_else(|| format!("{indent}  "));
-    Element {
-        range: n.range(),
-        last_child_end: last.map(|c| c.range().end),
-        start_tag_end,
-        self_closing,
-        qname: text[n.range().start + 1..]
-            .split(|c: char| c.is_whitespace() || c == '>' || c == '/')
-            .next()
-            .unwrap_or_default()
-            .to_string(),
-        indent,
-        child_indent,
-    }
 }
 
 /// What `<qemu:arg>` values set the clique property, in order.

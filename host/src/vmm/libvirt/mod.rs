@@ -15,7 +15,10 @@ use p2p_shared::Bdf;
 use super::EmitOptions;
 
 mod domain;
+mod edits;
+mod mirror;
 mod patch;
+mod xml;
 
 pub use domain::{Domain, DomainError};
 pub use patch::{patch_domain, NcclEntry, PatchError, PatchOptions, Patched};

@@ -5,17 +5,18 @@
 //! they were, and a patched domain patches to itself.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
 
 use p2p_shared::clique::CliquePlan;
 use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology};
 use p2p_shared::nccl_topo::FW_CFG_NAME;
 use p2p_shared::Bdf;
 
-use super::domain::{CommandlineClique, Controller, Domain, Element, GuestAddress};
+use super::domain::{CommandlineClique, Domain};
+use super::edits::Edits;
+use super::mirror::place_mirrored;
+use super::xml::int;
 use super::{
-    controller_elements, controller_indexes, override_device, override_properties, xml_text,
-    Property, CLIQUE_PROPERTY, QEMU_NAMESPACE,
+    override_device, override_properties, xml_text, Property, CLIQUE_PROPERTY, QEMU_NAMESPACE,
 };
 
 /// How the NCCL topology file reaches the guest's fw_cfg.
@@ -95,121 +96,6 @@ pub enum PatchError {
          derive the file in the guest"
     )]
     NcclNeedsMirror,
-}
-
-/// One change: `text` replaces `at` (an insertion when `at` is empty).
-#[derive(Debug)]
-struct Edit {
-    at: Range<usize>,
-    text: String,
-}
-
-/// Collects edits in the order they are made; applies them by position.
-struct Edits<'d> {
-    domain: &'d Domain<'d>,
-    edits: Vec<Edit>,
-    changes: Vec<String>,
-    prefix: String,
-    /// One level of the domain's indentation (a tab for KubeVirt's).
-    unit: String,
-}
-
-impl<'d> Edits<'d> {
-    fn new(domain: &'d Domain<'d>) -> Self {
-        Edits {
-            domain,
-            edits: Vec::new(),
-            changes: Vec::new(),
-            prefix: domain.qemu_prefix.clone().unwrap_or_else(|| "qemu".into()),
-            unit: domain
-                .root
-                .child_indent
-                .strip_prefix(domain.root.indent.as_str())
-                .filter(|u| !u.is_empty())
-                .unwrap_or("  ")
-                .to_string(),
-        }
-    }
-
-    /// `snippet` as written in this domain: its quote, its indentation and
-    /// its QEMU prefix. Snippets are written with single quotes and two
-    /// spaces a level.
-    fn styled(&self, snippet: &str) -> String {
-        let snippet: String = if self.unit == "  " {
-            snippet.to_string()
-        } else {
-            let lines: Vec<String> = snippet
-                .lines()
-                .map(|l| {
-                    let body = l.trim_start_matches(' ');
-                    let levels = (l.len() - body.len()) / 2;
-                    format!("{}{body}", self.unit.repeat(levels))
-                })
-                .collect();
-            lines.join("\n")
-        };
-        let s = if self.prefix == "qemu" {
-            snippet.to_string()
-        } else {
-            snippet
-                .replace("<qemu:", &format!("<{}:", self.prefix))
-                .replace("</qemu:", &format!("</{}:", self.prefix))
-        };
-        if self.domain.quote == '"' {
-            s.replace('\'', "\"")
-        } else {
-            s
-        }
-    }
-
-    fn insert(&mut self, at: usize, text: String) {
-        self.edits.push(Edit { at: at..at, text });
-    }
-
-    fn replace(&mut self, at: Range<usize>, text: String) {
-        self.edits.push(Edit { at, text });
-    }
-
-    /// `snippet` (one or more lines) as the new last child of `parent`.
-    fn append_child(&mut self, parent: &Element, snippet: &str) {
-        let styled = self.styled(snippet);
-        self.append_styled(parent, &styled);
-    }
-
-    /// Like `append_child`, for a snippet already in the domain's style.
-    fn append_styled(&mut self, parent: &Element, styled: &str) {
-        let block = lines_at(&parent.child_indent, styled);
-        if parent.self_closing {
-            let close = format!(">{block}\n{}</{}>", parent.indent, parent.qname);
-            let end = parent.start_tag_end;
-            self.replace(end - 2..end, close);
-        } else {
-            let at = parent.last_child_end.unwrap_or(parent.start_tag_end);
-            self.insert(at, block);
-        }
-    }
-
-    fn apply(mut self) -> Patched {
-        self.edits.sort_by_key(|e| e.at.start);
-        let text = self.domain.text;
-        let mut out = String::with_capacity(text.len() + 4096);
-        let mut pos = 0;
-        for e in &self.edits {
-            out.push_str(&text[pos..e.at.start]);
-            out.push_str(&e.text);
-            pos = e.at.end;
-        }
-        out.push_str(&text[pos..]);
-        Patched {
-            text: out,
-            changes: self.changes,
-        }
-    }
-}
-
-/// `snippet`'s lines, each on a new line indented by `indent`.
-fn lines_at(indent: &str, snippet: &str) -> String {
-    snippet.lines().map(|l| format!("\n{indent}{l}")).collect()
 }
 
 /// Patches `domain` with one VM's plan. `guest` lists the VM's GPUs and RDMA
@@ -370,7 +256,7 @@ fn set_properties(
             .properties
             .iter()
             .find(|s| &s.alias == alias)
-            .and_then(|s| s.frontend.clone());
+            .map(|s| s.frontend.clone());
         let device = domain.override_devices.iter().find(|(a, _)| a == alias);
         match (frontend, device) {
             (Some(fe), _) => {
@@ -407,137 +293,7 @@ fn set_properties(
 
 /// Numbers as QEMU reads them: `3` and `0x3` are the same clique.
 fn same_value(a: &str, b: &str) -> bool {
-    let num = |s: &str| match s.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => s.parse::<u64>().ok(),
-    };
-    a == b || matches!((num(a), num(b)), (Some(x), Some(y)) if x == y)
-}
-
-/// Controllers, NUMA cells and guest addresses of the mirrored layout.
-fn place_mirrored(
-    domain: &Domain,
-    guest: &GuestTopology,
-    edits: &mut Edits,
-) -> Result<(), PatchError> {
-    let ours: BTreeSet<&str> = guest
-        .root_complexes
-        .iter()
-        .map(|r| r.id.as_str())
-        .chain(guest.ports.iter().map(|p| p.id.as_str()))
-        .collect();
-    let present: BTreeMap<&str, &Controller> = domain
-        .controllers
-        .iter()
-        .filter_map(|c| {
-            c.alias
-                .as_deref()
-                .filter(|a| ours.contains(a))
-                .map(|a| (a, c))
-        })
-        .collect();
-    let others: Vec<u32> = domain
-        .controllers
-        .iter()
-        .filter(|c| !c.alias.as_deref().is_some_and(|a| ours.contains(a)))
-        .map(|c| c.index)
-        .collect();
-    // Keep vp2p's numbering when its controllers are there (KubeVirt defines
-    // the domain twice, libvirt adding controllers in between); else number
-    // after every other controller.
-    let span = ours.len() as u32;
-    let first = present
-        .values()
-        .map(|c| c.index)
-        .min()
-        .filter(|f| *f >= 1 && !others.iter().any(|i| (*f..*f + span).contains(i)))
-        .unwrap_or_else(|| others.iter().map(|i| i + 1).max().unwrap_or(1).max(1));
-    let idx = controller_indexes(guest, first);
-    for rc in &guest.root_complexes {
-        if let Some(cell) = rc.numa_node {
-            if !domain.numa_cells.contains(&cell) {
-                let node = guest.numa_nodes.iter().find(|n| n.guest == cell);
-                return Err(PatchError::NumaCell {
-                    rc: rc.id.clone(),
-                    cell,
-                    host: node.map_or(cell, |n| n.host),
-                    cpus: node
-                        .and_then(|n| n.host_cpus.clone())
-                        .map_or(String::new(), |c| format!(", pinned to host CPUs {c}")),
-                });
-            }
-        }
-    }
-    let indent = &domain.devices.child_indent;
-    let mut added = String::new();
-    for (id, element) in controller_elements(guest, &idx) {
-        let styled = edits.styled(element.trim_end());
-        match present.get(id.as_str()) {
-            // vp2p owns its controllers: rewritten when they differ.
-            Some(c) => {
-                let want = styled
-                    .lines()
-                    .collect::<Vec<_>>()
-                    .join(&format!("\n{indent}"));
-                if domain.text[c.range.clone()] != want {
-                    edits.replace(c.range.clone(), want);
-                    edits.changes.push(format!("controller {id}: rewritten"));
-                }
-            }
-            None => added.push_str(&element),
-        }
-    }
-    if !added.is_empty() {
-        edits.changes.push(format!(
-            "{} mirrored controller(s) from index {first}",
-            added.matches("<controller ").count()
-        ));
-        match domain.last_controller_end {
-            Some(at) => {
-                let block = lines_at(indent, &edits.styled(added.trim_end()));
-                edits.insert(at, block);
-            }
-            None => edits.append_child(&domain.devices, added.trim_end()),
-        }
-    }
-    for d in &guest.devices {
-        let h = domain
-            .hostdev(d.host)
-            .ok_or(PatchError::NotInDomain(d.host))?;
-        let want = GuestAddress {
-            bus: idx.get(&d.parent).copied().unwrap_or(0),
-            slot: d.guest.device,
-            function: d.guest.function,
-            multifunction: d.multifunction,
-        };
-        let element =
-            edits.styled(&format!(
-            "<address type='pci' domain='0x0000' bus='{:#04x}' slot='{:#04x}' function='{:#x}'{}/>",
-            want.bus,
-            want.slot,
-            want.function,
-            if want.multifunction { " multifunction='on'" } else { "" }
-        ));
-        match &h.guest {
-            Some((have, _)) if *have == want => {}
-            Some((have, range)) => {
-                edits.replace(range.clone(), element);
-                edits.changes.push(format!(
-                    "{}: guest address bus {:#04x} slot {:#04x} (was bus {:#04x} slot {:#04x})",
-                    d.host, want.bus, want.slot, have.bus, have.slot
-                ));
-            }
-            None => {
-                let at = h.alias_end.unwrap_or(h.source_end);
-                edits.insert(at, format!("\n{}{element}", h.child_indent));
-                edits.changes.push(format!(
-                    "{}: guest address bus {:#04x} slot {:#04x}",
-                    d.host, want.bus, want.slot
-                ));
-            }
-        }
-    }
-    Ok(())
+    a == b || matches!((int(a), int(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// The fw_cfg entry with the NCCL file: added, kept when equal, else replaced
