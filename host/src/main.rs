@@ -18,6 +18,17 @@ fn main() {
     }
     if let Err(e) = cli::run(args) {
         eprintln!("p2p-host: error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(exit_status(&e));
+    }
+}
+
+/// 78 (EX_CONFIG of sysexits.h) when a configuration file is missing or
+/// malformed, so a service manager can tell it from a failure worth a
+/// restart; 1 otherwise.
+fn exit_status(e: &anyhow::Error) -> i32 {
+    if e.chain().any(|c| c.is::<p2p_host::serve::SpecFileError>()) {
+        78
+    } else {
+        1
     }
 }

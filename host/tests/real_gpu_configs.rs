@@ -1,9 +1,8 @@
 //! The overlay on the config spaces of seven NVIDIA GPUs that others published
-//! (../shared/fixtures/real-gpu-configs: pciutils test data and bug reports,
-//! Tesla to Turing). Expectations come from that collection's index.json,
+//! (tests/fixtures/real-gpu-configs: pciutils test data and bug reports,
+//! Tesla to Turing; its README names each source). Expectations come from that collection's index.json,
 //! written by its own parser and checked there against pciutils 3.9: the
 //! capability chain (offset, id, length) and what sits at 0xC8 and 0xD4.
-//! The files are read in place, never copied into this repository.
 
 use std::path::PathBuf;
 
@@ -13,11 +12,10 @@ use p2p_shared::{Clique, P2pCapability};
 use serde_json::Value;
 
 fn collection() -> PathBuf {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-gpu-configs");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real-gpu-configs");
     assert!(
         dir.join("index.json").is_file(),
-        "{} is missing: the shared fixtures must sit beside the repository (../shared)",
+        "{} is missing (the repository's own fixtures)",
         dir.display()
     );
     dir

@@ -9,6 +9,8 @@ pub mod bdf;
 pub mod capability;
 pub mod check;
 pub mod classify;
+#[cfg(feature = "cli")]
+pub mod cli_assets;
 pub mod clique;
 pub mod gpu;
 pub mod guest_layout;

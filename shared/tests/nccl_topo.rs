@@ -131,8 +131,8 @@ fn the_text_is_nccls_format() {
     );
     let dump = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/fixtures/h200x2-passthrough-guest/nccl-topo-dump.xml"),
+            .join("../tests/fixtures/h200x2-passthrough-guest/nccl-topo-dump.xml"),
     )
-    .expect("the shared fixtures sit next to the repository");
+    .expect("tests/fixtures/h200x2-passthrough-guest/nccl-topo-dump.xml");
     assert!(dump.contains("<pci busid=\"0000:00:06.0\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x2335\" subsystem_vendor=\"0x10de\" subsystem_device=\"0x18bf\" link_speed=\"32.0 GT/s PCIe\""));
 }

@@ -10,6 +10,7 @@ pub mod e2e;
 pub mod emitted;
 pub mod libvirt;
 pub mod openapi;
+pub mod packages;
 pub mod qemu;
 pub mod qemu_expect;
 pub mod schemas;

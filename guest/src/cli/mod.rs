@@ -1,5 +1,6 @@
 //! Command-line front end: one module per subcommand.
 
+mod assets;
 mod bench;
 mod compare;
 mod nccl_topo;
@@ -9,9 +10,17 @@ mod tune;
 
 use clap::{Parser, Subcommand};
 
+/// `--version`: the package version and the commit built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("VP2P_COMMIT"),
+    ")"
+);
+
 /// GPU peer-to-peer for virtual machines: guest side.
 #[derive(Debug, Parser)]
-#[command(name = "p2p-guest", version, about, long_about = None)]
+#[command(name = "p2p-guest", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,6 +45,9 @@ enum Command {
     /// Sweep SM copy kernel variants and grid shapes (for tuning defaults).
     #[command(hide = true)]
     TuneSm(tune::TuneArgs),
+    /// Write the man pages and shell completions (for packagers).
+    #[command(hide = true)]
+    Assets(assets::AssetsArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -46,5 +58,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::TuneSm(a) => tune::run(a),
         Command::NcclTopo(a) => nccl_topo::run(a),
         Command::Schema(a) => schema::run(a),
+        Command::Assets(a) => assets::run(a),
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use p2p_guest::nccl_topo::{self, NcclTopoReport, NCCL_TOPO_SCHEMA};
+use p2p_guest::nccl_topo::{self, NcclTopoError, NcclTopoReport, NCCL_TOPO_SCHEMA};
 use p2p_shared::nccl_topo::{render, NCCL_DEFAULT_PATH};
 use p2p_shared::report::Table;
 use p2p_shared::Bdf;
@@ -47,6 +47,12 @@ struct DeriveArgs {
     /// printing it.
     #[arg(long)]
     install: bool,
+    /// With --install: write the file only when a GPU carries a clique (its
+    /// capability or --assume-clique); with no GPU or no clique, say so, write
+    /// nothing and exit 0. What vp2p-nccl-topo-cliques.service runs at boot
+    /// when the host handed over no file.
+    #[arg(long, requires = "install")]
+    if_cliques: bool,
     /// Treat GPU BDF as carrying clique N, over what its capability says (a
     /// what-if for VMs whose hypervisor injects no capability); repeatable.
     #[arg(long, value_name = "BDF=N", value_parser = parse_assume)]
@@ -130,7 +136,21 @@ pub fn run(args: NcclTopoArgs) -> anyhow::Result<()> {
         }
         None => {
             let c = &args.derive.common;
-            let (system, gpus) = nccl_topo::derive(&c.sysfs_root, &args.derive.assume_clique)?;
+            let derived = nccl_topo::derive(&c.sysfs_root, &args.derive.assume_clique);
+            let (system, gpus) = match derived {
+                Err(NcclTopoError::NoGpu(root)) if args.derive.if_cliques => {
+                    println!("no NVIDIA GPU in {}: nothing written", root.display());
+                    return Ok(());
+                }
+                other => other?,
+            };
+            if args.derive.if_cliques && gpus.iter().all(|g| g.clique.is_none()) {
+                println!(
+                    "no GPU carries a clique (no P2P capability from the hypervisor): nothing \
+                     written, NCCL reads the PCI tree itself"
+                );
+                return Ok(());
+            }
             let xml = render(&system);
             let installed = if args.derive.install {
                 nccl_topo::write(&c.out, &xml)

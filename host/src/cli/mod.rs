@@ -1,6 +1,7 @@
 //! Command-line front end: argument types and one module per subcommand.
 
 mod apply;
+mod assets;
 mod check;
 mod domain;
 mod inject;
@@ -14,9 +15,17 @@ mod topo;
 
 use clap::{Parser, Subcommand};
 
+/// `--version`: the package version and the commit built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("VP2P_COMMIT"),
+    ")"
+);
+
 /// GPU peer-to-peer for virtual machines: host side.
 #[derive(Debug, Parser)]
-#[command(name = "p2p-host", version, about, long_about = None)]
+#[command(name = "p2p-host", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -50,6 +59,9 @@ enum Command {
     /// Serve captured GPUs over vfio-user with the P2P capability in their
     /// config space (QEMU -device vfio-user-pci, Cloud Hypervisor --user-device).
     Serve(serve::ServeArgs),
+    /// Write the man pages and shell completions (for packagers).
+    #[command(hide = true)]
+    Assets(assets::AssetsArgs),
 }
 
 impl Cli {
@@ -70,5 +82,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inject(a) => inject::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Schema(a) => schema::run(a),
+        Command::Assets(a) => assets::run(a),
     }
 }

@@ -27,6 +27,12 @@ pub struct ServeArgs {
     /// names one; max-bar=SIZE (e.g. 256M) serves larger memory BARs at SIZE.
     #[arg(long = "gpu", value_name = "SPEC")]
     gpus: Vec<GpuSpec>,
+    /// Read GPU specs from FILE, one `--gpu` value a line (`#` comments), as
+    /// `p2p-host-serve@NAME.service` does with /etc/vp2p/serve/NAME.conf. A
+    /// missing or malformed file exits with 78 (EX_CONFIG), which the unit
+    /// does not restart on.
+    #[arg(long, value_name = "FILE")]
+    gpus_from: Option<PathBuf>,
     /// One GPU, short form: its socket (with --config and --clique).
     #[arg(long, value_name = "PATH", conflicts_with = "gpus", requires_all = ["config", "clique"])]
     socket: Option<PathBuf>,
@@ -57,6 +63,9 @@ pub struct ServeArgs {
 impl ServeArgs {
     fn specs(&self) -> anyhow::Result<Vec<GpuSpec>> {
         let mut specs = self.gpus.clone();
+        if let Some(file) = &self.gpus_from {
+            specs.extend(serve::read_spec_file(file)?);
+        }
         if let (Some(socket), Some(config), Some(clique)) =
             (&self.socket, &self.config, self.clique)
         {
@@ -71,7 +80,7 @@ impl ServeArgs {
             });
         }
         if specs.is_empty() {
-            bail!("nothing to serve: give --gpu socket=PATH,config=FILE,clique=N (or --socket, --config, --clique)");
+            bail!("nothing to serve: give --gpu socket=PATH,config=FILE,clique=N, --gpus-from FILE, or --socket, --config, --clique");
         }
         for (i, a) in specs.iter().enumerate() {
             if specs[..i].iter().any(|b| b.socket == a.socket) {

@@ -33,6 +33,33 @@ pub enum SpecError {
     BadSize(String),
 }
 
+/// Why a file of GPU specs (`serve --gpus-from FILE`, the unit's
+/// `/etc/vp2p/serve/NAME.conf`) gives nothing to serve.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecFileError {
+    /// The file could not be read (missing, unreadable, not UTF-8).
+    #[error("{path}: {why}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        why: String,
+    },
+    /// A line is not a valid spec.
+    #[error("{path}:{line}: {source}")]
+    Line {
+        /// The file.
+        path: PathBuf,
+        /// The line, counting from 1.
+        line: usize,
+        /// What is wrong with it.
+        source: SpecError,
+    },
+    /// Only comments and blank lines.
+    #[error("{0}: no GPU spec in it (one `socket=PATH,config=FILE,clique=N` a line)")]
+    Empty(PathBuf),
+}
+
 /// Why a served GPU could not be set up or started.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

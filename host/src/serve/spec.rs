@@ -1,12 +1,12 @@
 //! `--gpu socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia][,any-offset]`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use p2p_shared::ByteSize;
 use p2p_shared::Clique;
 
-use super::error::SpecError;
+use super::error::{SpecError, SpecFileError};
 
 /// One GPU to serve: where, what, with which clique.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +77,37 @@ impl FromStr for GpuSpec {
             any_offset,
         })
     }
+}
+
+/// Reads a file of GPU specs: one `--gpu` value a line; `#` starts a comment,
+/// blank lines are skipped. What `p2p-host-serve@NAME.service` serves from
+/// `/etc/vp2p/serve/NAME.conf`.
+pub fn read_spec_file(path: &Path) -> Result<Vec<GpuSpec>, SpecFileError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SpecFileError::Read {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    parse_spec_file(path, &text)
+}
+
+/// [`read_spec_file`] on text already read (`path` names it in errors).
+pub fn parse_spec_file(path: &Path, text: &str) -> Result<Vec<GpuSpec>, SpecFileError> {
+    let mut specs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        specs.push(line.parse().map_err(|source| SpecFileError::Line {
+            path: path.to_path_buf(),
+            line: i + 1,
+            source,
+        })?);
+    }
+    if specs.is_empty() {
+        return Err(SpecFileError::Empty(path.to_path_buf()));
+    }
+    Ok(specs)
 }
 
 /// A boolean key: bare, or `=true|on|yes|1` / `=false|off|no|0`.
@@ -164,5 +195,36 @@ mod tests {
         assert!(parse_bar_size("2048").is_err());
         assert!(parse_bar_size("99999999999T").is_err());
         assert!(parse_bar_size("12Q").is_err());
+    }
+
+    #[test]
+    fn a_spec_file_is_one_spec_a_line_with_comments() {
+        let p = Path::new("/etc/vp2p/serve/vm1.conf");
+        let text = "# vm1's GPUs\n\nsocket=/run/vp2p/vm1/gpu0.sock,config=/var/lib/vp2p/gpu0.config,clique=0 # first\n  socket=/run/vp2p/vm1/gpu1.sock,config=/var/lib/vp2p/gpu1.config,clique=1\n";
+        let specs = parse_spec_file(p, text).unwrap();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].socket, PathBuf::from("/run/vp2p/vm1/gpu0.sock"));
+        assert_eq!(specs[1].clique.id(), 1);
+    }
+
+    #[test]
+    fn a_bad_spec_file_names_the_file_and_line() {
+        let p = Path::new("/etc/vp2p/serve/vm1.conf");
+        let e = parse_spec_file(p, "# header\nsocket=a,config=b,clique=16\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/vp2p/serve/vm1.conf:2: clique '16': want a number 0..=15"
+        );
+        let e = parse_spec_file(p, "# nothing\n\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("/etc/vp2p/serve/vm1.conf: no GPU spec"),
+            "{e}"
+        );
+        let e = read_spec_file(Path::new("/nonexistent/vp2p/x.conf")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/nonexistent/vp2p/x.conf: No such file or directory (os error 2)"
+        );
     }
 }
