@@ -10,7 +10,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use p2p_host::serve::{bind_socket, ServeError};
+use p2p_host::serve::{bind_socket, ServeError, SocketMode};
 use serve_common::{serve_h200, H200};
 
 #[test]
@@ -31,31 +31,51 @@ fn socket_is_private_and_removed_at_shutdown() {
 }
 
 #[test]
+fn a_socket_mode_opens_the_socket_to_the_vmms_group_and_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpu.sock");
+    let mode: SocketMode = "0660".parse().unwrap();
+    let (_l, _) = bind_socket(&path, mode).unwrap();
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    // chmod's octal, and refusals of bits a socket cannot use or that lock
+    // the owner out.
+    assert_eq!("600".parse::<SocketMode>().unwrap(), SocketMode::OWNER_ONLY);
+    for bad in ["0770", "0640x", "0060", "1660"] {
+        let e = bad.parse::<SocketMode>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("socket mode '{bad}': want octal read/write bits including the owner's, like 0600 or 0660")
+        );
+    }
+}
+
+#[test]
 fn stale_sockets_are_replaced_live_ones_and_other_files_refused() {
     let dir = tempfile::tempdir().unwrap();
     // Stale: bound once, nobody listening any more.
     let stale = dir.path().join("stale.sock");
     drop(UnixListener::bind(&stale).unwrap());
-    let (_l, _) = bind_socket(&stale).expect("a stale socket is replaced");
+    let (_l, _) = bind_socket(&stale, SocketMode::OWNER_ONLY).expect("a stale socket is replaced");
     // Live: somebody listens there.
     let live = dir.path().join("live.sock");
     let _other = UnixListener::bind(&live).unwrap();
     assert!(matches!(
-        bind_socket(&live),
+        bind_socket(&live, SocketMode::OWNER_ONLY),
         Err(ServeError::SocketInUse { .. })
     ));
     // Not a socket: left alone.
     let file = dir.path().join("file");
     std::fs::write(&file, b"keep me").unwrap();
     assert!(matches!(
-        bind_socket(&file),
+        bind_socket(&file, SocketMode::OWNER_ONLY),
         Err(ServeError::NotASocket { .. })
     ));
     assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
     let sub = dir.path().join("subdir");
     std::fs::create_dir(&sub).unwrap();
     assert!(matches!(
-        bind_socket(&sub),
+        bind_socket(&sub, SocketMode::OWNER_ONLY),
         Err(ServeError::NotASocket { .. })
     ));
 }

@@ -284,9 +284,22 @@ vp2p-emit e2e rc.txt probe.json probe.err topo.json topo.err snapshot.txt lspci-
 
 /// Boots `vfio-user-gpus` under QEMU 11.1 with the IOMMU on; the sockets are in `sockets`.
 pub fn boot(initrd: &Path, sockets: &Path, log: &Path, timeout_s: u32) -> Booted {
+    boot_with(initrd, sockets, log, timeout_s, &[], "")
+}
+
+/// [`boot`] with more QEMU arguments (boot.sh `--extra`, each split on
+/// whitespace) and kernel arguments (`--append`).
+pub fn boot_with(
+    initrd: &Path,
+    sockets: &Path,
+    log: &Path,
+    timeout_s: u32,
+    extra: &[String],
+    append: &str,
+) -> Booted {
     let t0 = Instant::now();
-    let out = Command::new("bash")
-        .arg(script("boot.sh"))
+    let mut cmd = Command::new("bash");
+    cmd.arg(script("boot.sh"))
         .args([
             "--qemu",
             "10",
@@ -301,9 +314,14 @@ pub fn boot(initrd: &Path, sockets: &Path, log: &Path, timeout_s: u32) -> Booted
         .arg(sockets)
         .args(["--timeout", &timeout_s.to_string()])
         .arg("--log")
-        .arg(log)
-        .output()
-        .expect("bash runs boot.sh");
+        .arg(log);
+    for e in extra {
+        cmd.arg("--extra").arg(e);
+    }
+    if !append.is_empty() {
+        cmd.arg("--append").arg(append);
+    }
+    let out = cmd.output().expect("bash runs boot.sh");
     Booted {
         status: out.status.code(),
         wall: t0.elapsed(),

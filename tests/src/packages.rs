@@ -180,6 +180,132 @@ impl DebianRoot {
     }
 }
 
+/// What the systemd guest runs once `multi-user.target` is reached: reports
+/// the units, the NCCL file and the journal on the serial console (lines
+/// `VP2P-R KEY VALUE`), with `vp2p.host_units=1` on the kernel command line
+/// also starts the host units, then powers off.
+pub const BOOT_REPORT: &str = r#"#!/bin/sh
+# vp2p boot test (tests/tests/packages.rs): report what systemd did, then power off.
+exec >/dev/ttyS0 2>&1
+r() { sed "s/^/VP2P-R $1 /"; }
+for u in vp2p-nccl-topo.service vp2p-nccl-topo-cliques.service sysinit.target multi-user.target; do
+    systemctl show -p ActiveState -p Result -p ConditionResult -p ExecMainStatus \
+        -p ActiveEnterTimestampMonotonic "$u" | r "$u"
+done
+f=/var/run/nvidia-topologyd/virtualTopology.xml
+if [ -e "$f" ]; then echo present | r file; r xml <"$f"; else echo absent | r file; fi
+journalctl -b -o cat --no-pager -u vp2p-nccl-topo.service -u vp2p-nccl-topo-cliques.service | r journal
+if grep -q 'vp2p.host_units=1' /proc/cmdline; then
+    systemctl start p2p-host-serve@missing.service p2p-host-serve@vm1.service
+    sleep 8
+    for u in p2p-host-serve@missing.service p2p-host-serve@vm1.service; do
+        systemctl show -p ActiveState -p Result -p NRestarts -p ExecMainStatus "$u" | r "$u"
+        journalctl -b -o cat --no-pager -u "$u" | r "journal-$u"
+    done
+    stat -c '%n %a %G %F' /run/vp2p/vm1 /run/vp2p/vm1/gpu0.sock 2>&1 | r stat
+fi
+echo "==VP2P-EXIT 0=="
+systemctl poweroff -ff
+"#;
+
+/// `VP2P-R KEY VALUE` lines of a console log: (KEY, VALUE) in order.
+pub fn report_lines(console: &str) -> Vec<(String, String)> {
+    console
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_end_matches('\r');
+            let at = l.find("VP2P-R ")?;
+            let rest = &l[at + "VP2P-R ".len()..];
+            let (k, v) = rest.split_once(' ').unwrap_or((rest, ""));
+            Some((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// `systemctl show` property `prop` of `unit` in a report.
+pub fn unit_property(report: &[(String, String)], unit: &str, prop: &str) -> Option<String> {
+    report
+        .iter()
+        .filter(|(k, _)| k == unit)
+        .find_map(|(_, v)| v.strip_prefix(&format!("{prop}=")).map(str::to_string))
+}
+
+impl DebianRoot {
+    /// Turns the root into a bootable initramfs at `out` (gzip'd cpio, init
+    /// = systemd): the kernel's `qemu_fw_cfg` module, a fixed machine id (no
+    /// first-boot prompts), [`BOOT_REPORT`] as a unit after
+    /// `multi-user.target`, getty off; docs, man pages and locales left out.
+    pub fn pack_initramfs(&self, out: &Path) {
+        let setup = require_setup();
+        let kver = setup.kernel_version().to_string();
+        let modules = PathBuf::from(setup.get("VP2P_KERNEL_MODULES"));
+        let r = &self.root;
+        let rel = "kernel/drivers/firmware/qemu_fw_cfg.ko";
+        let dest = r.join("lib/modules").join(&kver).join(rel);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(modules.join(rel), &dest)
+            .unwrap_or_else(|e| panic!("{}: {e}; {SETUP_HINT}", modules.join(rel).display()));
+        let status = Command::new("depmod")
+            .arg("-b")
+            .arg(r)
+            .arg(&kver)
+            .status()
+            .expect("depmod runs");
+        assert!(status.success(), "depmod -b {} failed", r.display());
+        std::fs::write(
+            r.join("etc/machine-id"),
+            "5f1c0de0c0ffee00a11ce0b0b0000001\n",
+        )
+        .unwrap();
+        let units = r.join("etc/systemd/system");
+        for masked in [
+            "systemd-firstboot.service",
+            "serial-getty@ttyS0.service",
+            "getty@tty1.service",
+        ] {
+            let _ = std::fs::remove_file(units.join(masked));
+            std::os::unix::fs::symlink("/dev/null", units.join(masked)).unwrap();
+        }
+        let script = r.join("usr/local/sbin/vp2p-boot-report");
+        std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+        std::fs::write(&script, BOOT_REPORT).unwrap();
+        std::fs::set_permissions(
+            &script,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::write(
+            units.join("vp2p-boot-report.service"),
+            "[Unit]\nDescription=vp2p boot test: report and power off\nAfter=multi-user.target\n\n\
+             [Service]\nType=oneshot\nExecStart=/usr/local/sbin/vp2p-boot-report\n\n\
+             [Install]\nWantedBy=multi-user.target\n",
+        )
+        .unwrap();
+        let wants = units.join("multi-user.target.wants");
+        std::fs::create_dir_all(&wants).unwrap();
+        let _ = std::fs::remove_file(wants.join("vp2p-boot-report.service"));
+        std::os::unix::fs::symlink(
+            "/etc/systemd/system/vp2p-boot-report.service",
+            wants.join("vp2p-boot-report.service"),
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(r.join("init"));
+        std::os::unix::fs::symlink("/lib/systemd/systemd", r.join("init")).unwrap();
+        let pack = format!(
+            "set -o pipefail; cd '{}' && find . \\( -path ./usr/share/doc -o -path ./usr/share/man \
+             -o -path ./usr/share/locale -o -path ./usr/share/info -o -path ./var/cache/apt \\) \
+             -prune -o -print | cpio -o -H newc --quiet | gzip -1 >'{}'",
+            r.display(),
+            out.display()
+        );
+        let status = Command::new("bash")
+            .args(["-c", &pack])
+            .status()
+            .expect("bash runs find | cpio | gzip");
+        assert!(status.success(), "packing {} failed", r.display());
+    }
+}
+
 /// The subcommands a binary's own `--help` lists (clap's "Commands:"
 /// section), without `help`: what a man page must exist for.
 pub fn help_commands(help: &str) -> Vec<String> {

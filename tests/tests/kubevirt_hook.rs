@@ -252,7 +252,11 @@ fn the_container_layout_names_the_wrapper_where_the_shim_looks() {
     // The shim looks `onDefineDomain` up on PATH; the image puts it in /usr/bin.
     let cf = std::fs::read_to_string(repo_root().join("host/kubevirt/Containerfile")).unwrap();
     assert!(cf.contains("COPY onDefineDomain /usr/bin/onDefineDomain"));
-    assert!(cf.contains("FROM ${SHIM}") && cf.contains("quay.io/kubevirt/sidecar-shim:"));
+    assert!(cf.contains("FROM ${SHIM} AS shim") && cf.contains("quay.io/kubevirt/sidecar-shim:"));
+    // p2p-host comes from its package (README "Install"), the entry point is the shim's.
+    assert!(cf.contains("RUN dpkg -i /tmp/p2p-host_*_amd64.deb"));
+    assert!(cf.contains("COPY --from=shim /sidecar-shim /sidecar-shim"));
+    assert!(cf.contains("ENTRYPOINT [\"/sidecar-shim\"]"));
     let wrapper = repo_root().join("host/kubevirt/onDefineDomain");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&wrapper).unwrap().permissions(),

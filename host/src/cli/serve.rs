@@ -11,7 +11,7 @@ use clap::Args;
 use p2p_host::overlay::{OverlayOptions, PlacementAction};
 use p2p_host::serve::{
     self, parse_bar_size, BarKind, CaptureFiles, CapturedGpu, GpuBackend, GpuSpec, IrqIndex,
-    ServeError, ServeEvent, ServeHandle, ServedGpu,
+    ServeError, ServeEvent, ServeHandle, ServedGpu, SocketMode,
 };
 use p2p_shared::ByteSize;
 use p2p_shared::Clique;
@@ -55,6 +55,11 @@ pub struct ServeArgs {
     /// dword from 0x40 (neither QEMU nor Cloud Hypervisor would).
     #[arg(long, requires = "socket")]
     any_offset: bool,
+    /// Permission bits of the sockets, octal: 0600 (default) lets only this
+    /// user connect, 0660 also the socket's group (the host unit runs with
+    /// group kvm, the group QEMU runs in).
+    #[arg(long, value_name = "MODE", default_value = "0600")]
+    socket_mode: SocketMode,
     /// Also print routine events: DMA maps and unmaps, resets.
     #[arg(short, long)]
     verbose: bool,
@@ -198,7 +203,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         // The banner is printed once the socket is bound: what it announces exists.
         let banner = describe(&name, spec, &gpu);
-        let handle = serve::start(gpu, &spec.socket, sink).with_context(|| name.clone())?;
+        let handle = serve::start_with_mode(gpu, &spec.socket, args.socket_mode, sink)
+            .with_context(|| name.clone())?;
         eprint!("{banner}");
         handles.push(handle);
     }

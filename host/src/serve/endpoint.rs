@@ -1,8 +1,9 @@
 //! A served GPU's socket and threads.
 //!
-//! - The socket is created with mode 0600 (bound in a private 0700 staging
-//!   directory, then linked into place, so it is never reachable with looser
-//!   permissions). A stale socket (nobody listening) is removed first; a live
+//! - The socket is created with mode 0600, or the [`SocketMode`] asked for
+//!   (0660 lets the VMM's group connect; the host unit does that), bound in a
+//!   private 0700 staging directory and then linked into place, so it is never
+//!   reachable with looser permissions. A stale socket (nobody listening) is removed first; a live
 //!   one, or a path that is not a socket, is refused.
 //! - One client at a time: while one is served, another is refused. Its first
 //!   message (waited for up to a second) is answered with EBUSY and the
@@ -70,8 +71,52 @@ fn private_dir(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
     }
 }
 
-/// Binds `path` with mode 0600; see the module docs.
-pub fn bind_socket(path: &Path) -> Result<(UnixListener, (u64, u64)), ServeError> {
+/// Who may connect to a served socket: its permission bits, read and write
+/// only (a socket needs nothing else), the owner's always included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketMode(u32);
+
+impl SocketMode {
+    /// 0600: the server's own user only (the default).
+    pub const OWNER_ONLY: SocketMode = SocketMode(0o600);
+
+    /// `mode` when it holds only read/write bits and the owner's both.
+    ///
+    /// ```
+    /// use p2p_host::serve::SocketMode;
+    /// assert_eq!(SocketMode::new(0o660).unwrap().bits(), 0o660);
+    /// assert!(SocketMode::new(0o700).is_err()); // execute means nothing here
+    /// assert!(SocketMode::new(0o060).is_err()); // the owner could not connect
+    /// ```
+    pub fn new(mode: u32) -> Result<Self, ServeError> {
+        if mode & !0o666 != 0 || mode & 0o600 != 0o600 {
+            return Err(ServeError::SocketMode(format!("{mode:04o}")));
+        }
+        Ok(SocketMode(mode))
+    }
+
+    /// The permission bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for SocketMode {
+    type Err = ServeError;
+
+    /// Octal, as chmod takes it: `660`, `0660`.
+    fn from_str(s: &str) -> Result<Self, ServeError> {
+        let mode = u32::from_str_radix(s.trim_start_matches("0o"), 8)
+            .map_err(|_| ServeError::SocketMode(s.to_string()))?;
+        Self::new(mode).map_err(|_| ServeError::SocketMode(s.to_string()))
+    }
+}
+
+/// Binds `path` with `mode`; see the module docs.
+pub fn bind_socket(
+    path: &Path,
+    mode: SocketMode,
+) -> Result<(UnixListener, (u64, u64)), ServeError> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
             Ok(_) => return Err(ServeError::SocketInUse { path: path.into() }),
@@ -89,7 +134,7 @@ pub fn bind_socket(path: &Path) -> Result<(UnixListener, (u64, u64)), ServeError
     let staged = staging.join("s");
     let result = (|| {
         let listener = UnixListener::bind(&staged)?;
-        fs::set_permissions(&staged, fs::Permissions::from_mode(0o600))?;
+        fs::set_permissions(&staged, fs::Permissions::from_mode(mode.bits()))?;
         // A hard link fails if the path appeared meanwhile: nothing is replaced.
         fs::hard_link(&staged, path)?;
         let m = fs::symlink_metadata(path)?;
@@ -100,14 +145,24 @@ pub fn bind_socket(path: &Path) -> Result<(UnixListener, (u64, u64)), ServeError
     result.map_err(socket_err(path))
 }
 
-/// Starts serving `gpu` on `socket`; events go to `events`.
+/// Starts serving `gpu` on `socket` (mode 0600); events go to `events`.
 pub fn start<B: GpuBackend + 'static>(
-    mut gpu: ServedGpu<B>,
+    gpu: ServedGpu<B>,
     socket: &Path,
     events: EventSink,
 ) -> Result<ServeHandle, ServeError> {
+    start_with_mode(gpu, socket, SocketMode::OWNER_ONLY, events)
+}
+
+/// [`start`] with the socket's permission bits chosen.
+pub fn start_with_mode<B: GpuBackend + 'static>(
+    mut gpu: ServedGpu<B>,
+    socket: &Path,
+    mode: SocketMode,
+    events: EventSink,
+) -> Result<ServeHandle, ServeError> {
     gpu.set_events(events.clone());
-    let (listener, inode) = bind_socket(socket)?;
+    let (listener, inode) = bind_socket(socket, mode)?;
     let shape = gpu.shape();
     let stop = Arc::new(AtomicBool::new(false));
     let session_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));

@@ -63,6 +63,11 @@ pub enum SpecFileError {
 /// Why a served GPU could not be set up or started.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A socket mode that is not read/write bits including the owner's.
+    #[error(
+        "socket mode '{0}': want octal read/write bits including the owner's, like 0600 or 0660"
+    )]
+    SocketMode(String),
     /// A capture file (config space or `resource`) could not be read.
     #[error("reading {path}")]
     Read {

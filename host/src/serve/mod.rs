@@ -52,7 +52,7 @@ pub use backend::{
 pub use bars::{parse_resource, Bar, BarKind, BarLayout, ScaledBar};
 pub use captured::{CaptureFiles, CapturedGpu};
 pub use device::{BackendConfig, DeviceShape, ServedGpu};
-pub use endpoint::{bind_socket, start, ServeHandle};
+pub use endpoint::{bind_socket, start, start_with_mode, ServeHandle, SocketMode};
 pub use error::{ServeError, SpecError, SpecFileError};
 pub use events::{discard, errno_name, EventSink, ServeEvent};
 pub use memory::BarMemory;
