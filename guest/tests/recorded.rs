@@ -144,6 +144,52 @@ fn report_format_text_matrices_show_the_medians_of_the_json() {
 }
 
 #[test]
+fn matrices_fall_back_to_the_largest_size_measured_and_say_so() {
+    // As `bench --sizes 512M,1G` leaves it: nothing measured at the 256 MiB
+    // headline. Keep only the recorded run's 512 MiB and 1 GiB results.
+    let mut r = load("bench-p2p.json");
+    assert_eq!(r.method.headline_bytes, 256 << 20);
+    r.results
+        .retain(|m| m.bytes == 512 << 20 || m.bytes == 1 << 30);
+    assert!(
+        !r.results.is_empty(),
+        "the recording has 512 MiB and 1 GiB results"
+    );
+    let text = r.render_text();
+    let title =
+        "ce: unidirectional bandwidth (GB/s) at 1 GiB (largest measured; 256 MiB was not)\n";
+    let block = text
+        .split(title)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no '{title}' in:\n{text}"));
+    let ce = r
+        .find(
+            Mode::Ce,
+            Direction::Uni,
+            Some(GpuIndex(0)),
+            Some(GpuIndex(1)),
+            1 << 30,
+        )
+        .unwrap();
+    let row0: Vec<&str> = block.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row0, ["0", "-", &format!("{:.2}", ce.gbps.median)]);
+    // The latency matrix takes the smallest size measured (16 B, the
+    // recording's latency size, is gone).
+    let smallest = r
+        .results
+        .iter()
+        .filter(|m| m.mode == Mode::Ce)
+        .map(|m| m.bytes)
+        .min()
+        .unwrap();
+    let want = format!(
+        "ce: latency per copy (us) at {} (smallest measured; 16 B was not)",
+        p2p_shared::ByteSize(smallest)
+    );
+    assert!(text.contains(&want), "{want}\n{text}");
+}
+
+#[test]
 fn report_format_compare_recomputes_and_draws() {
     let (base, other) = (load("bench-p2p.json"), load("bench-nop2p.json"));
     let c = compare(&base, &other);

@@ -40,6 +40,10 @@ pub struct CheckItem {
     pub evidence: String,
     /// What to change, when it is not a pass.
     pub fix: Option<String>,
+    /// The whole input the evidence quotes part of (the kernel command line,
+    /// of which the text names only the IOMMU tokens); JSON only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
 }
 
 /// The VMM the VM will run in.
@@ -130,6 +134,50 @@ fn item(
         verdict,
         evidence,
         fix: fix.map(str::to_string),
+        input: None,
+    }
+}
+
+/// The tokens of a kernel command line that decide the IOMMU verdicts
+/// (`iommu=`, `intel_iommu=`, `amd_iommu=`), in order, or what says none
+/// is there: what the evidence quotes instead of the whole line.
+///
+/// ```
+/// use p2p_shared::check::iommu_tokens;
+/// assert_eq!(
+///     iommu_tokens("BOOT_IMAGE=/vmlinuz root=UUID=1 ro intel_iommu=on iommu=pt quiet"),
+///     "intel_iommu=on iommu=pt"
+/// );
+/// assert_eq!(iommu_tokens("ro quiet"), "no iommu=, intel_iommu= or amd_iommu=");
+/// ```
+pub fn iommu_tokens(cmdline: &str) -> String {
+    let tokens: Vec<&str> = cmdline
+        .split_whitespace()
+        .filter(|w| {
+            ["iommu=", "intel_iommu=", "amd_iommu="]
+                .iter()
+                .any(|k| w.starts_with(k))
+        })
+        .collect();
+    if tokens.is_empty() {
+        "no iommu=, intel_iommu= or amd_iommu=".to_string()
+    } else {
+        tokens.join(" ")
+    }
+}
+
+/// [`item`] whose evidence quotes part of `input`, kept whole for JSON.
+fn item_quoting(
+    scope: &str,
+    check: &str,
+    verdict: Verdict,
+    evidence: String,
+    fix: Option<&str>,
+    input: &str,
+) -> CheckItem {
+    CheckItem {
+        input: Some(input.to_string()),
+        ..item(scope, check, verdict, evidence, fix)
     }
 }
 
@@ -148,16 +196,27 @@ fn host_items(topo: &Topology, facts: &HostFacts, vmm: Vmm, out: &mut Vec<CheckI
     let cmd = facts.cmdline.as_deref();
     let flag = |k: &str| cmd.is_some_and(|c| c.split_whitespace().any(|w| w == k));
     if groups.is_empty() {
-        out.push(item(
-            "host",
-            "iommu",
-            Verdict::Fail,
-            format!(
-                "no IOMMU groups under kernel/iommu_groups; kernel command line: {}",
-                cmd.unwrap_or("not read")
+        let fix = "turn the IOMMU on: intel_iommu=on (Intel) or amd_iommu=on (AMD) on the kernel command line, and VT-d/AMD-Vi in the firmware";
+        out.push(match cmd {
+            Some(c) => item_quoting(
+                "host",
+                "iommu",
+                Verdict::Fail,
+                format!(
+                    "no IOMMU groups under kernel/iommu_groups; kernel command line: {}",
+                    iommu_tokens(c)
+                ),
+                Some(fix),
+                c,
             ),
-            Some("turn the IOMMU on: intel_iommu=on (Intel) or amd_iommu=on (AMD) on the kernel command line, and VT-d/AMD-Vi in the firmware"),
-        ));
+            None => item(
+                "host",
+                "iommu",
+                Verdict::Fail,
+                "no IOMMU groups under kernel/iommu_groups; kernel command line not read".into(),
+                Some(fix),
+            ),
+        });
     } else {
         out.push(item(
             "host",
@@ -175,19 +234,27 @@ fn host_items(topo: &Topology, facts: &HostFacts, vmm: Vmm, out: &mut Vec<CheckI
             "kernel command line not read (a captured tree has none)".into(),
             Some("run on the host itself to check iommu=pt"),
         )),
-        Some(c) if flag("iommu=pt") => out.push(item(
+        Some(c) if flag("iommu=pt") => out.push(item_quoting(
             "host",
             "iommu-mode",
             Verdict::Pass,
-            format!("iommu=pt in `{c}`: host devices bypass translation, the VM's are translated"),
+            format!(
+                "iommu=pt on the kernel command line (`{}`): host devices bypass translation, the VM's are translated",
+                iommu_tokens(c)
+            ),
             None,
+            c,
         )),
-        Some(c) => out.push(item(
+        Some(c) => out.push(item_quoting(
             "host",
             "iommu-mode",
             Verdict::Warn,
-            format!("no iommu=pt in `{c}`"),
+            format!(
+                "no iommu=pt on the kernel command line (`{}`)",
+                iommu_tokens(c)
+            ),
             Some("add iommu=pt: without it every host DMA is translated too, which slows the host and has broken P2P setups"),
+            c,
         )),
     }
     for (g, t) in &facts.group_types {

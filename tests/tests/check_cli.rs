@@ -175,7 +175,32 @@ fn the_live_machine_reports_what_it_read() {
         "warn"
     };
     assert_eq!(get(&m, "host", "iommu-mode"), want_mode);
-    assert!(ev("iommu-mode").contains(cmdline.trim()));
+    // The JSON keeps the whole line read; the evidence quotes its IOMMU
+    // tokens (this machine has none of them).
+    let item = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["scope"] == "host" && i["check"] == "iommu-mode")
+        .unwrap();
+    assert_eq!(item["input"].as_str(), Some(cmdline.trim()));
+    let tokens: Vec<&str> = cmdline
+        .split_whitespace()
+        .filter(|w| w.starts_with("iommu=") || w.contains("_iommu="))
+        .collect();
+    if tokens.is_empty() {
+        assert!(
+            ev("iommu-mode").contains("no iommu=, intel_iommu= or amd_iommu="),
+            "{}",
+            ev("iommu-mode")
+        );
+    } else {
+        assert!(
+            ev("iommu-mode").contains(&tokens.join(" ")),
+            "{}",
+            ev("iommu-mode")
+        );
+    }
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert!(ev("peer-bar-mapping").contains(release.trim()));
     // KVM: the verdict follows /dev/kvm.
@@ -185,4 +210,54 @@ fn the_live_machine_reports_what_it_read() {
     } else {
         assert_eq!(kvm, "fail");
     }
+}
+
+#[test]
+fn a_long_command_line_is_quoted_by_its_iommu_tokens_and_no_line_passes_200_columns() {
+    let root = fixture_dir("qemu-11.1-two-socket-iommu-on");
+    let cmdline = fixture_dir("cmdlines").join("gpu-host-grub.txt");
+    let full = std::fs::read_to_string(&cmdline).unwrap();
+    assert!(
+        full.len() > 500,
+        "the fixture is the long line it claims to be"
+    );
+    let args = [
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--gpu-class",
+        "0108",
+        "--cmdline-from",
+        cmdline.to_str().unwrap(),
+    ];
+    // The table: every line within 200 columns.
+    let mut text_args = vec!["check"];
+    text_args.extend_from_slice(&args);
+    let r = run("p2p-host", &text_args);
+    let widest = r
+        .stdout
+        .lines()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0);
+    assert!(widest <= 200, "a line of {widest} columns:\n{}", r.stdout);
+    // The line holds iommu=pt (by hand: token 8 of the file), so iommu-mode
+    // passes, and the evidence quotes the two IOMMU tokens, not the line.
+    let (m, _, v) = verdicts(&args);
+    assert_eq!(get(&m, "host", "iommu-mode"), "pass");
+    let item = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["check"] == "iommu-mode")
+        .unwrap();
+    let evidence = item["evidence"].as_str().unwrap();
+    assert!(evidence.contains("`intel_iommu=on iommu=pt`"), "{evidence}");
+    assert!(!evidence.contains("BOOT_IMAGE"), "{evidence}");
+    // JSON keeps the whole line.
+    assert_eq!(item["input"].as_str(), Some(full.trim()));
+    assert!(
+        r.stdout.contains("iommu=pt on the kernel command line"),
+        "{}",
+        r.stdout
+    );
 }

@@ -1,5 +1,6 @@
 //! `p2p-host check`: will P2P work in the VMs, before they boot.
 
+use anyhow::Context;
 use clap::Args;
 use p2p_host::check::host_facts;
 use p2p_shared::check::{check, CheckReport, Verdict, Vmm};
@@ -20,6 +21,11 @@ pub struct CheckArgs {
     /// The VMM the VMs run in.
     #[arg(long, value_enum, ignore_case = true, default_value = "qemu")]
     vmm: VmmArg,
+    /// Read the kernel command line from FILE (a captured /proc/cmdline)
+    /// instead of the live one: to check a captured host's tree
+    /// (--sysfs-root) with its command line.
+    #[arg(long, value_name = "FILE")]
+    cmdline_from: Option<std::path::PathBuf>,
     /// Print the report as JSON (schema vp2p.check/1).
     #[arg(long)]
     json: bool,
@@ -71,7 +77,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         })
         .collect();
     let all: Vec<Bdf> = vms.iter().flat_map(|(_, d)| d.iter().copied()).collect();
-    let facts = host_facts(&root, &topo, &all);
+    let mut facts = host_facts(&root, &topo, &all);
+    if let Some(file) = &args.cmdline_from {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("--cmdline-from {}", file.display()))?;
+        facts.cmdline = Some(text.trim().to_string());
+    }
     let vmm = match args.vmm {
         VmmArg::Qemu => Vmm::Qemu,
         VmmArg::CloudHypervisor => Vmm::CloudHypervisor,

@@ -36,6 +36,38 @@ impl BenchReport {
         self.results.iter().any(|m| m.mode == mode)
     }
 
+    /// The size a `mode` matrix shows: `want` when the run measured it, else
+    /// the largest (`largest`) or smallest size it measured, and the words
+    /// that say so in the title.
+    fn matrix_size(&self, mode: Mode, want: u64, largest: bool) -> (u64, String) {
+        let sizes = self
+            .results
+            .iter()
+            .filter(|m| m.mode == mode)
+            .map(|m| m.bytes);
+        if self
+            .results
+            .iter()
+            .any(|m| m.mode == mode && m.bytes == want)
+        {
+            return (want, ByteSize(want).to_string());
+        }
+        let (got, which) = if largest {
+            (sizes.max(), "largest")
+        } else {
+            (sizes.min(), "smallest")
+        };
+        let got = got.unwrap_or(want);
+        (
+            got,
+            format!(
+                "{} ({which} measured; {} was not)",
+                ByteSize(got),
+                ByteSize(want)
+            ),
+        )
+    }
+
     /// A GPU-by-GPU table; the diagonal (device-local copies) shows "-"
     /// unless the run measured it (`bench --pairs self`).
     fn matrix(&self, title: &str, get: impl Fn(GpuIndex, GpuIndex) -> String) -> String {
@@ -99,12 +131,12 @@ impl BenchReport {
             self.method.samples, self.method.peer_access
         );
 
-        let head = self.method.headline_bytes;
-        let lat = self.method.latency_bytes;
         for mode in Mode::ALL
             .into_iter()
             .filter(|m| m.is_copy() && self.present(*m))
         {
+            let (head, head_label) = self.matrix_size(mode, self.method.headline_bytes, true);
+            let (lat, lat_label) = self.matrix_size(mode, self.method.latency_bytes, false);
             let uni = |i, j| {
                 cell(
                     self.find(mode, Direction::Uni, Some(i), Some(j), head),
@@ -112,10 +144,7 @@ impl BenchReport {
                 )
             };
             out.push_str(&self.matrix(
-                &format!(
-                    "{mode}: unidirectional bandwidth (GB/s) at {}",
-                    ByteSize(head)
-                ),
+                &format!("{mode}: unidirectional bandwidth (GB/s) at {head_label}"),
                 uni,
             ));
             let bi = |i: GpuIndex, j: GpuIndex| {
@@ -126,10 +155,7 @@ impl BenchReport {
                 )
             };
             out.push_str(&self.matrix(
-                &format!(
-                    "{mode}: bidirectional bandwidth (GB/s, both directions) at {}",
-                    ByteSize(head)
-                ),
+                &format!("{mode}: bidirectional bandwidth (GB/s, both directions) at {head_label}"),
                 bi,
             ));
             let l = |i, j| {
@@ -138,10 +164,7 @@ impl BenchReport {
                     |m| m.latency_us.median,
                 )
             };
-            out.push_str(&self.matrix(
-                &format!("{mode}: latency per copy (us) at {}", ByteSize(lat)),
-                l,
-            ));
+            out.push_str(&self.matrix(&format!("{mode}: latency per copy (us) at {lat_label}"), l));
             out.push('\n');
         }
         if self.present(Mode::Pingpong) {
