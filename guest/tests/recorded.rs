@@ -254,3 +254,48 @@ fn tempfile_dir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn max_says_why_it_split_or_not_from_its_calibration() {
+    // A max measurement recorded on the 2x H200 VM (2026-11-24): its parts
+    // alone (ce0 396.2 GB/s the fastest at 1 GiB, every byte on ce0). That
+    // run predates `split_gbps`; the split figure here is set by hand on
+    // either side of ce0's, and the line must follow it.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs/results/h200x2-2026-11-24/bench-max-A.json");
+    let r: BenchReport = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut m = r
+        .find(
+            Mode::Max,
+            Direction::Uni,
+            Some(GpuIndex(0)),
+            Some(GpuIndex(1)),
+            1 << 30,
+        )
+        .unwrap()
+        .clone();
+    assert_eq!(m.split_choice(), None, "no split figure recorded, no claim");
+    m.split_gbps = Some(383.7);
+    assert_eq!(
+        m.split_choice().as_deref(),
+        Some("split 383.7 GB/s < ce0 alone 396.2: whole copy on ce0")
+    );
+    m.split_gbps = Some(410.0);
+    assert_eq!(
+        m.split_choice().as_deref(),
+        Some("split 410.0 GB/s >= ce0 alone 396.2: split over 1 of 5 parts")
+    );
+    // The table carries the line; the JSON the figure.
+    let mut report = r.clone();
+    report.results = vec![m.clone()];
+    report.method.headline_bytes = 1 << 30;
+    assert!(
+        report
+            .render_text()
+            .contains("  max 0->1 at 1 GiB: split 410.0 GB/s >= ce0 alone 396.2"),
+        "{}",
+        report.render_text()
+    );
+    let json = serde_json::to_value(&m).unwrap();
+    assert_eq!(json["split_gbps"], 410.0);
+}

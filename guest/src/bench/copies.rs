@@ -80,4 +80,8 @@ impl Sampled for CopyRun<'_> {
     fn parts(&self) -> Vec<TransferPart> {
         self.method.parts()
     }
+
+    fn split_gbps(&self) -> Option<f64> {
+        self.method.split_gbps()
+    }
 }

@@ -40,6 +40,10 @@ pub trait Sampled {
     fn parts(&self) -> Vec<TransferPart> {
         Vec::new()
     }
+    /// What the split itself moved in the calibration, for the report.
+    fn split_gbps(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Seeds for successive runs: every run gets a pattern of its own.
@@ -135,6 +139,7 @@ pub fn measurement(job: &Job, m: &dyn Sampled, s: Sampling) -> Measurement {
         sample_seconds: s.seconds,
         verification: s.verification,
         parts: m.parts(),
+        split_gbps: m.split_gbps(),
     }
 }
 

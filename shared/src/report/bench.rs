@@ -224,6 +224,38 @@ pub struct Measurement {
     /// share of the bytes and what it moved alone. Empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<TransferPart>,
+    /// For a split transfer (`max`): GB/s the split itself moved in the
+    /// calibration, beside each part's `alone_gbps`. Below the fastest part
+    /// alone, that part moved the whole copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_gbps: Option<f64>,
+}
+
+impl Measurement {
+    /// Why a split transfer ran as it did, in one line: `split 383.7 GB/s <
+    /// ce0 alone 396.6: whole copy on ce0`, or `split 410.2 GB/s >= ce0 alone
+    /// 396.6: split over 4 of 5 parts`. None for a single-engine mode.
+    pub fn split_choice(&self) -> Option<String> {
+        let split = self.split_gbps?;
+        let best = self
+            .parts
+            .iter()
+            .max_by(|a, b| a.alone_gbps.total_cmp(&b.alone_gbps))?;
+        let used = self.parts.iter().filter(|p| p.bytes > 0).count();
+        Some(if split < best.alone_gbps {
+            format!(
+                "split {split:.1} GB/s < {} alone {:.1}: whole copy on {}",
+                best.engine, best.alone_gbps, best.engine
+            )
+        } else {
+            format!(
+                "split {split:.1} GB/s >= {} alone {:.1}: split over {used} of {} parts",
+                best.engine,
+                best.alone_gbps,
+                self.parts.len()
+            )
+        })
+    }
 }
 
 /// One engine's part of a split transfer.

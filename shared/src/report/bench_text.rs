@@ -165,6 +165,22 @@ impl BenchReport {
                 )
             };
             out.push_str(&self.matrix(&format!("{mode}: latency per copy (us) at {lat_label}"), l));
+            // A split transfer says why it ran as it did.
+            for m in self
+                .results
+                .iter()
+                .filter(|m| m.mode == mode && m.bytes == head && m.direction == Direction::Uni)
+            {
+                if let (Some(src), Some(dst), Some(why)) = (m.src, m.dst, m.split_choice()) {
+                    let _ = writeln!(
+                        out,
+                        "  {mode} {}->{} at {}: {why}",
+                        src.0,
+                        dst.0,
+                        ByteSize(head)
+                    );
+                }
+            }
             out.push('\n');
         }
         if self.present(Mode::Pingpong) {

@@ -78,6 +78,8 @@ pub struct Max {
     only: Option<usize>,
     /// Splitting lost to the fastest part alone at this size.
     whole: bool,
+    /// GB/s the split itself moved in the calibration.
+    split_gbps: Option<f64>,
     /// The size and the legs' (source, destination) the shares were
     /// measured for: another pair or direction is measured again.
     calibrated: Option<(u64, Vec<(GpuIndex, GpuIndex)>)>,
@@ -186,6 +188,7 @@ impl TransferMethod for Max {
         let split_gbps = if secs > 0.0 { moved / secs / GB } else { 0.0 };
         let best = self.alone_gbps.iter().copied().fold(0.0, f64::max);
         self.whole = split_gbps < best;
+        self.split_gbps = Some(split_gbps);
         self.calibrated = Some(key);
         Ok(())
     }
@@ -219,6 +222,10 @@ impl TransferMethod for Max {
             })
             .collect()
     }
+
+    fn split_gbps(&self) -> Option<f64> {
+        self.calibrated.as_ref().and(self.split_gbps)
+    }
 }
 
 #[cfg(test)]
@@ -236,6 +243,7 @@ mod tests {
             alone_gbps: alone.to_vec(),
             only: None,
             whole: false,
+            split_gbps: None,
             calibrated: None,
         }
     }

@@ -97,6 +97,11 @@ pub trait TransferMethod {
     fn parts(&self) -> Vec<TransferPart> {
         Vec::new()
     }
+    /// GB/s the split itself moved in the calibration; None for a single
+    /// engine.
+    fn split_gbps(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Settings the methods take from the bench's options.
