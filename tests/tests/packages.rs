@@ -3,8 +3,9 @@
 //! Debian 12 root with systemd, man-db and bash-completion, checked there, and
 //! removed. Expectations come from outside the packaging code: git for the
 //! commit, each binary's own `--help` for the man pages, bash for the
-//! completions, systemd-analyze for the units, the README for the file list and
-//! the security score, and the root's file list before installing for `dpkg -r`.
+//! completions, systemd-analyze for the units, docs/install.md for the file
+//! list and the security score, and the root's file list before installing
+//! for `dpkg -r`.
 //!
 //! Needs root (chroot) and `bash scripts/qemu/setup.sh` (the cached root); a
 //! missing piece fails the test with the hint, it never skips.
@@ -15,12 +16,13 @@ use p2p_tests::e2e::Checks;
 use p2p_tests::packages::{debs, help_commands, DebianRoot};
 use p2p_tests::repo_root;
 
-/// The lines of the README's fenced block that follows `marker`.
-fn readme_block_after(marker: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+/// The lines of the fenced block that follows `marker` in `page` (a path
+/// from the repository's root).
+fn block_after(page: &str, marker: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(repo_root().join(page)).expect(page);
     let at = readme
         .find(marker)
-        .unwrap_or_else(|| panic!("README.md has no '{marker}'"));
+        .unwrap_or_else(|| panic!("{page} has no '{marker}'"));
     let rest = &readme[at..];
     let open = rest.find("```").expect("a fenced block after the marker");
     let body = &rest[open..];
@@ -80,7 +82,7 @@ fn both_packages_install_work_and_leave_nothing_behind() {
 
     // The README's install lines, run as written (sudo is root here; the
     // package files sit where package.sh left them, target/debian/).
-    let install = readme_block_after("## Install");
+    let install = block_after("README.md", "## Install");
     let dpkg_lines: Vec<&String> = install.iter().filter(|l| l.contains("dpkg -i")).collect();
     c.eq("README: two dpkg -i lines", dpkg_lines.len(), 2);
     c.check(
@@ -210,7 +212,7 @@ fn both_packages_install_work_and_leave_nothing_behind() {
         );
     }
 
-    // The security score the README gives is what systemd-analyze says.
+    // The security score docs/install.md gives is what systemd-analyze says.
     let out = root.run(&[
         "systemd-analyze",
         "security",
@@ -222,20 +224,20 @@ fn both_packages_install_work_and_leave_nothing_behind() {
         .lines()
         .find_map(|l| l.split_once("Overall exposure level for p2p-host-serve@vm1.service: "))
         .map(|(_, v)| v.split_whitespace().take(2).collect::<Vec<_>>().join(" "));
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let claimed = readme
+    let page = std::fs::read_to_string(repo_root().join("docs/install.md")).unwrap();
+    let claimed = page
         .split_once("p2p-host-serve@vm1.service` rates it **")
         .and_then(|(_, r)| r.split_once("**"))
         .map(|(v, _)| v.to_string());
     eprintln!("systemd-analyze security p2p-host-serve@vm1.service: {measured:?}");
     c.check(
-        "README's security score is systemd-analyze's",
+        "docs/install.md's security score is systemd-analyze's",
         measured.is_some() && measured == claimed,
-        || format!("measured {measured:?}, README {claimed:?}"),
+        || format!("measured {measured:?}, docs/install.md {claimed:?}"),
     );
 
-    // dpkg -L lists what the README says, no more, no less.
-    let listed: Vec<(String, String)> = readme_block_after("What lands where")
+    // dpkg -L lists what docs/install.md says, no more, no less.
+    let listed: Vec<(String, String)> = block_after("docs/install.md", "What lands where")
         .iter()
         .filter(|l| l.starts_with('/'))
         .map(|l| {
@@ -255,14 +257,14 @@ fn both_packages_install_work_and_leave_nothing_behind() {
         c.check(
             format!("README lists {f}"),
             listed.iter().any(|(p, _)| glob_match(p, f)),
-            || "no README line matches it".into(),
+            || "no line of docs/install.md matches it".into(),
         );
     }
     for (p, line) in &listed {
         c.check(
             format!("{p} is installed"),
             files.iter().any(|f| glob_match(p, f)),
-            || format!("README line '{line}' matches nothing dpkg -L lists"),
+            || format!("docs/install.md line '{line}' matches nothing dpkg -L lists"),
         );
     }
 
