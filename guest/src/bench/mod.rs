@@ -35,7 +35,7 @@ pub enum BenchError {
     #[error("CUDA is not available: {0}")]
     NoCuda(String),
     /// The probe could not read the guest's PCI tree.
-    #[error("{0}")]
+    #[error(transparent)]
     Probe(#[from] probe::sysfs::ProbeError),
     /// A CUDA call failed.
     #[error(transparent)]
