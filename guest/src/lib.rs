@@ -6,3 +6,5 @@ pub mod cuda;
 pub mod decide;
 pub mod nccl_topo;
 pub mod probe;
+pub mod transfer;
+pub mod verify;

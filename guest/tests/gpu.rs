@@ -258,7 +258,7 @@ fn probe_verify_moves_data_both_ways() {
 fn verify_machinery_on_one_gpu() {
     let cuda = p2p_guest::cuda::Cuda::open().expect("CUDA");
     let g = &cuda.gpus[0];
-    let checks = p2p_guest::bench::verify::pair(g, g, 3 << 20).expect("verify runs");
+    let checks = p2p_guest::verify::pair(g, g, 3 << 20).expect("verify runs");
     assert_eq!(checks.len(), 6);
     for c in &checks {
         assert!(c.ok(), "{c:?}");

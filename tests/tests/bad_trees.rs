@@ -81,13 +81,47 @@ fn missing_and_garbled_attributes() {
     let tree = sysfs(&dir);
     fs::write(tree.join(GPU0).join("class"), "0xzz0200\n").unwrap();
     let e = scan_err(&tree);
+    let garbled = "'0xzz0200' is not a hex number of at most 32 bits";
     assert_eq!(
         e.to_string(),
-        format!(
-            "{}: '0xzz0200' is not a hex number",
-            tree.join(GPU0).join("class").display()
-        )
+        format!("{}: {garbled}", tree.join(GPU0).join("class").display())
     );
+    // The guest reads the same attribute in the same words (p2p_shared::hex).
+    let root = tree.to_str().unwrap();
+    for args in [
+        &["probe", "--no-driver", "--sysfs-root", root][..],
+        &["nccl-topo", "--sysfs-root", root],
+        &["bench", "--sysfs-root", root],
+    ] {
+        let r = run("p2p-guest", args);
+        let want = format!("0000:00:06.0/class: {garbled}");
+        assert!(r.stderr.contains(&want), "{args:?}: {}", r.stderr);
+        assert_eq!(
+            r.stderr.matches(garbled).count(),
+            1,
+            "said once: {}",
+            r.stderr
+        );
+    }
+
+    // An id wider than its field is refused, not cut to its low bits.
+    let dir = unpack_fixture("h200x2-passthrough-guest");
+    let tree = sysfs(&dir);
+    fs::write(tree.join(GPU0).join("vendor"), "0x110de\n").unwrap();
+    let wide = "0000:00:06.0/vendor: '0x110de' is not a hex number of at most 16 bits";
+    assert!(scan_err(&tree).to_string().contains(wide));
+    cli_fails_naming(&tree, wide);
+
+    // Read only by the guest's NCCL file reader: the same words again.
+    let dir = unpack_fixture("h200x2-passthrough-guest");
+    let tree = sysfs(&dir);
+    fs::write(tree.join(GPU0).join("subsystem_vendor"), "0x\n").unwrap();
+    let r = run(
+        "p2p-guest",
+        &["nccl-topo", "--sysfs-root", tree.to_str().unwrap()],
+    );
+    let want = "0000:00:06.0/subsystem_vendor: '0x' is not a hex number of at most 16 bits";
+    assert!(r.stderr.contains(want), "{}", r.stderr);
 
     let dir = unpack_fixture("h200x2-passthrough-guest");
     let tree = sysfs(&dir);

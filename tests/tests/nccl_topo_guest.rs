@@ -149,6 +149,23 @@ fn install_refuses_a_file_for_another_vm() {
         "{}",
         r.stderr
     );
+    // An id wider than its attribute, named with its line and attribute in
+    // the words of every hex reader (p2p_shared::hex).
+    let line = 1 + text
+        .lines()
+        .position(|l| l.contains("device=\"0x2335\""))
+        .unwrap();
+    let r = try_install(
+        "wide.xml",
+        &text.replacen("device=\"0x2335\"", "device=\"0x12335\"", 1),
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "wide.xml:{line}: device: '0x12335' is not a hex number of at most 16 bits"
+        )),
+        "{}",
+        r.stderr
+    );
     // Not XML at all.
     let r = try_install(
         "junk.xml",

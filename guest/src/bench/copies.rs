@@ -4,13 +4,11 @@
 
 use p2p_shared::report::bench::{TransferPart, Verification, GB};
 
-use super::rig::{Lane, Rig};
 use super::sampling::{Sampled, Timing};
-use super::transfer::{timed, Leg, TransferMethod};
+use crate::cuda::rig::{Lane, Rig};
 use crate::cuda::CudaError;
-
-/// The byte every destination is set to before a run.
-const POISON: u8 = 0xa5;
+use crate::transfer::{timed, Leg, TransferMethod};
+use crate::verify::POISON;
 
 /// `copies` copies of `bytes` on every leg, by `method`.
 pub struct CopyRun<'a> {

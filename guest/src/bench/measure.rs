@@ -11,11 +11,11 @@ use p2p_shared::{ByteSize, GpuIndex};
 use super::copies::CopyRun;
 use super::nccl::{AllReduce, NcclRun};
 use super::pingpong::PingPongRun;
-use super::plan::{self, copies_for, Job};
+use super::plan::{self, Job};
 use super::sampling::{measurement, sample, Sampled};
-use super::transfer::{self, Hold, Leg, PeerAccess, TransferMethod};
 use super::{BenchError, Buffers, Run};
 use crate::cuda::{peer, CudaError};
+use crate::transfer::{self, copies_for, Hold, Leg, PeerAccess, TransferMethod};
 
 /// NCCL iterations per sample at most (large sizes would take long).
 const NCCL_MAX_ITERS: u32 = 50;

@@ -9,10 +9,7 @@ mod measure;
 mod nccl;
 mod pingpong;
 pub mod plan;
-mod rig;
 mod sampling;
-pub mod transfer;
-pub mod verify;
 
 use std::path::PathBuf;
 
@@ -22,14 +19,14 @@ use p2p_shared::report::bench::{
 use p2p_shared::{ByteSize, CudaOrdinal, GpuIndex};
 
 use crate::cuda::memory::DeviceBuffer;
+use crate::cuda::rig::Rig;
+pub use crate::cuda::rig::SmCopy;
 use crate::cuda::{peer, CudaError, Gpu};
 use crate::decide::Verdict;
 use crate::probe::{self, ProbeOptions};
+use crate::transfer::{self, MethodConfig};
 use plan::Job;
-use rig::Rig;
-pub use rig::SmCopy;
 use sampling::Seeds;
-use transfer::MethodConfig;
 
 /// Why a bench run could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +35,7 @@ pub enum BenchError {
     #[error("CUDA is not available: {0}")]
     NoCuda(String),
     /// The probe could not read the guest's PCI tree.
-    #[error("{0}")]
+    #[error(transparent)]
     Probe(#[from] probe::sysfs::ProbeError),
     /// A CUDA call failed.
     #[error(transparent)]

@@ -9,9 +9,9 @@ use cudarc::nccl::safe::{Comm, ReduceOp};
 use p2p_shared::report::bench::Verification;
 use p2p_shared::{CudaOrdinal, GpuIndex};
 
-use super::rig::{Lane, Rig};
 use super::sampling::{Sampled, Timing};
 use crate::cuda::memory::DeviceBuffer;
+use crate::cuda::rig::{Lane, Rig};
 use crate::cuda::CudaError;
 
 /// Why NCCL could not be used.

@@ -5,9 +5,9 @@
 use p2p_shared::report::bench::{Verification, GB};
 use p2p_shared::GpuIndex;
 
-use super::rig::{Lane, Rig};
 use super::sampling::{Sampled, Timing};
 use crate::cuda::memory::DeviceBuffer;
+use crate::cuda::rig::{Lane, Rig};
 use crate::cuda::CudaError;
 
 /// SM cycles after which a pair whose writes do not arrive gives up (~10 s).

@@ -47,13 +47,6 @@ impl Job {
     }
 }
 
-/// Copies per sample: enough bytes to time well (about 2 GiB), at least 4,
-/// at most 300 (small copies: enough to amortise the restart after release,
-/// few enough to stay inside the hold budget).
-pub fn copies_for(bytes: u64) -> u32 {
-    ((2u64 << 30) / bytes.max(1)).clamp(4, 300) as u32
-}
-
 /// Lists the jobs for `modes` over `pairs` (ordered) and `sizes`; `bi`
 /// measures each unordered pair once. NCCL jobs cover all GPUs; ping-pong
 /// runs once per ordered pair. A GPU paired with itself (a device-local
@@ -138,10 +131,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copies_and_sizes() {
-        assert_eq!(copies_for(4), 300);
-        assert_eq!(copies_for(256 << 20), 8);
-        assert_eq!(copies_for(1 << 30), 4);
+    fn sizes() {
         assert_eq!(bench_size("16K").unwrap(), ByteSize(16384));
         assert_eq!(bench_size("1GiB").unwrap(), ByteSize(1 << 30));
         assert_eq!(

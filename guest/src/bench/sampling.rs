@@ -6,7 +6,7 @@
 use p2p_shared::report::bench::{Measurement, Stats, TransferPart, Verification};
 
 use super::plan::Job;
-use super::rig::Rig;
+use crate::cuda::rig::Rig;
 use crate::cuda::CudaError;
 
 /// One sample's time, and a note when something about it must be said (a

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use p2p_guest::bench::verify;
 use p2p_guest::cuda::Cuda;
 use p2p_guest::decide::{Flag, FlagKind, Verdict};
 use p2p_guest::probe::report::ProbeReport;
 use p2p_guest::probe::{enable_allowed, probe, ProbeOptions};
+use p2p_guest::verify;
 use p2p_shared::Bdf;
 
 #[derive(Debug, Args)]

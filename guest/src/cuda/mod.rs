@@ -6,6 +6,7 @@ pub mod kernels;
 pub mod memory;
 pub mod peer;
 pub mod program;
+pub mod rig;
 pub mod stream;
 
 use std::ffi::CStr;

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use p2p_shared::hex::{self, HexWidth};
 use p2p_shared::nccl_topo::{NcclCpu, NcclPci, NcclSystem, NCCL_TOPO_VERSION};
 use p2p_shared::Bdf;
 
@@ -17,30 +18,15 @@ fn bad(path: &Path, node: roxmltree::Node, why: String) -> NcclTopoError {
     }
 }
 
-fn hex_attr<T: TryFrom<u32>>(
+/// Reads hex attribute `name` of width `T` ([`hex::parse`]); None when absent.
+fn hex_attr<T: HexWidth>(
     path: &Path,
     n: roxmltree::Node,
     name: &str,
 ) -> Result<Option<T>, NcclTopoError> {
-    let Some(v) = n.attribute(name) else {
-        return Ok(None);
-    };
-    let t = v.trim();
-    let digits = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
-    u32::from_str_radix(digits, 16)
-        .ok()
-        .and_then(|x| T::try_from(x).ok())
-        .map(Some)
-        .ok_or_else(|| {
-            bad(
-                path,
-                n,
-                format!("{name}=\"{v}\" is not a hex number of the right size"),
-            )
-        })
+    n.attribute(name)
+        .map(|v| hex::parse(v).map_err(|e| bad(path, n, format!("{name}: {e}"))))
+        .transpose()
 }
 
 fn int_attr<T: std::str::FromStr>(

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
+use p2p_shared::hex::{self, HexWidth};
 use p2p_shared::topology::LinkInfo;
 use p2p_shared::Bdf;
 
@@ -35,17 +36,24 @@ fn text(dir: &Path, name: &str) -> Option<String> {
         .map(|t| t.trim().to_string())
 }
 
-fn hex(dir: &Path, name: &str) -> Result<Option<u32>, NcclTopoError> {
-    let Some(t) = text(dir, name) else {
-        return Ok(None);
-    };
-    let digits = t.strip_prefix("0x").unwrap_or(&t);
-    u32::from_str_radix(digits, 16)
-        .map(Some)
-        .map_err(|_| NcclTopoError::Io {
-            path: dir.join(name),
-            why: format!("'{t}' is not a hex number"),
+/// Reads a hex attribute of width `T` ([`hex::parse`]); None when absent.
+fn hex<T: HexWidth>(dir: &Path, name: &str) -> Result<Option<T>, NcclTopoError> {
+    text(dir, name)
+        .map(|t| {
+            hex::parse(&t).map_err(|e| NcclTopoError::Io {
+                path: dir.join(name),
+                why: e.to_string(),
+            })
         })
+        .transpose()
+}
+
+/// Reads a hex attribute of width `T` that must exist.
+fn required_hex<T: HexWidth>(dir: &Path, name: &str) -> Result<T, NcclTopoError> {
+    hex(dir, name)?.ok_or_else(|| NcclTopoError::Io {
+        path: dir.join(name),
+        why: "missing".into(),
+    })
 }
 
 /// Every function under `root/bus/pci/devices`, by address.
@@ -61,21 +69,15 @@ pub fn read_functions(sysfs_root: &Path) -> Result<BTreeMap<Bdf, GuestFunction>,
             continue;
         };
         let p = e.path();
-        let need = |name: &str| -> Result<u32, NcclTopoError> {
-            hex(&p, name)?.ok_or_else(|| NcclTopoError::Io {
-                path: p.join(name),
-                why: "missing".into(),
-            })
-        };
         let width = |name: &str| text(&p, name).and_then(|t| t.parse().ok());
         out.insert(
             bdf,
             GuestFunction {
-                vendor: need("vendor")? as u16,
-                device: need("device")? as u16,
-                class: need("class")?,
-                subsystem_vendor: hex(&p, "subsystem_vendor")?.map(|v| v as u16),
-                subsystem_device: hex(&p, "subsystem_device")?.map(|v| v as u16),
+                vendor: required_hex(&p, "vendor")?,
+                device: required_hex(&p, "device")?,
+                class: required_hex(&p, "class")?,
+                subsystem_vendor: hex(&p, "subsystem_vendor")?,
+                subsystem_device: hex(&p, "subsystem_device")?,
                 link: LinkInfo {
                     current_speed: text(&p, "current_link_speed"),
                     current_width: width("current_link_width"),

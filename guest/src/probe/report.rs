@@ -90,7 +90,7 @@ pub struct ProbeReport {
     pub enabled: Vec<EnableResult>,
     /// Filled by `--verify`: data moved both ways between enabled pairs.
     #[serde(default)]
-    pub verify: Vec<crate::bench::verify::VerifyCheck>,
+    pub verify: Vec<crate::verify::VerifyCheck>,
 }
 
 /// CUDA's view of the GPUs: ordinal per address and answers per ordered pair.

@@ -5,6 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use p2p_shared::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
+use p2p_shared::hex::{self, HexError, HexWidth};
 use p2p_shared::pci::{ConfigSpace, CONFIG_LEGACY_LEN};
 use p2p_shared::select::NVIDIA_VENDOR;
 use p2p_shared::{Bdf, Clique};
@@ -21,13 +22,15 @@ pub enum ProbeError {
         /// The I/O error.
         why: String,
     },
-    /// A sysfs id file (`vendor`, `class`, `device`) does not hold a hex number.
-    #[error("{path}: '{text}' is not a hex number")]
+    /// A sysfs id file (`vendor`, `class`, `device`) does not hold a hex
+    /// number of its width.
+    #[error("{path}: {why}")]
     Hex {
         /// The file.
         path: PathBuf,
-        /// What it held, trimmed.
-        text: String,
+        /// What it held, and the width it should fit (in the message, not
+        /// its source: the message is printed once).
+        why: HexError,
     },
 }
 
@@ -181,15 +184,15 @@ pub fn capability_state(raw: &[u8]) -> CapabilityState {
     }
 }
 
-fn read_hex(path: &Path) -> Result<u32, ProbeError> {
+/// Reads a sysfs id file of width `T` ([`hex::parse`]).
+fn read_hex<T: HexWidth>(path: &Path) -> Result<T, ProbeError> {
     let text = fs::read_to_string(path).map_err(|e| ProbeError::Io {
         path: path.to_path_buf(),
         why: e.to_string(),
     })?;
-    let t = text.trim();
-    u32::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| ProbeError::Hex {
+    hex::parse(&text).map_err(|why| ProbeError::Hex {
         path: path.to_path_buf(),
-        text: t.to_string(),
+        why,
     })
 }
 
@@ -222,12 +225,12 @@ pub fn scan_gpus(root: &Path) -> Result<Vec<GuestGpu>, ProbeError> {
             continue;
         };
         let path = entry.path();
-        let vendor = read_hex(&path.join("vendor"))? as u16;
-        let class = read_hex(&path.join("class"))?;
+        let vendor: u16 = read_hex(&path.join("vendor"))?;
+        let class: u32 = read_hex(&path.join("class"))?;
         if vendor != NVIDIA_VENDOR || class >> 16 != 0x03 {
             continue;
         }
-        let device = read_hex(&path.join("device"))? as u16;
+        let device = read_hex(&path.join("device"))?;
         let cfg_path = path.join("config");
         let raw = fs::read(&cfg_path).map_err(|e| ProbeError::Io {
             path: cfg_path.clone(),

@@ -170,16 +170,6 @@ pub enum ServeError {
         source: io::Error,
     },
 
-    /// `vfio_user::Server` could not be started on the socket.
-    #[error("starting the vfio-user server on {path}")]
-    Protocol {
-        /// The socket path given.
-        path: PathBuf,
-        #[source]
-        /// The vfio-user crate's error.
-        source: vfio_user::Error,
-    },
-
     /// Two `--gpu` specs name the same socket.
     #[error("{path}: given to two GPUs")]
     DuplicateSocket {

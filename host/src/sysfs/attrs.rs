@@ -4,6 +4,8 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use p2p_shared::hex::{self, HexWidth};
+
 use super::scan::ScanError;
 
 /// Reads a small file, a sysfs attribute or its captured copy, in three system
@@ -72,24 +74,22 @@ pub(super) fn optional(dir: &Path, name: &str) -> Result<Option<String>, ScanErr
     }
 }
 
-/// Parses a "0x10de"-style hex attribute.
-pub(super) fn hex(dir: &Path, name: &str, text: &str) -> Result<u32, ScanError> {
-    let t = text.trim();
-    let digits = t.strip_prefix("0x").unwrap_or(t);
-    u32::from_str_radix(digits, 16).map_err(|_| ScanError::Attribute {
+/// Parses a "0x10de"-style hex attribute of width `T` ([`hex::parse`]).
+fn hex<T: HexWidth>(dir: &Path, name: &str, text: &str) -> Result<T, ScanError> {
+    hex::parse(text).map_err(|e| ScanError::Attribute {
         path: dir.join(name),
-        why: format!("'{t}' is not a hex number"),
+        why: e.to_string(),
     })
 }
 
 /// Reads a hex attribute that must exist.
-pub(super) fn required_hex(dir: &Path, name: &str) -> Result<u32, ScanError> {
+pub(super) fn required_hex<T: HexWidth>(dir: &Path, name: &str) -> Result<T, ScanError> {
     let t = required(dir, name)?;
     hex(dir, name, &t)
 }
 
 /// Reads a hex attribute that may be absent.
-pub(super) fn optional_hex(dir: &Path, name: &str) -> Result<Option<u32>, ScanError> {
+pub(super) fn optional_hex<T: HexWidth>(dir: &Path, name: &str) -> Result<Option<T>, ScanError> {
     optional(dir, name)?.map(|t| hex(dir, name, &t)).transpose()
 }
 

@@ -321,8 +321,8 @@ fn host_bridge(name: &str) -> HostBridge {
 
 fn read_function(loc: &Located) -> Result<PciFunction, ScanError> {
     let dir = &loc.dir;
-    let vendor = attrs::required_hex(dir, "vendor")? as u16;
-    let device = attrs::required_hex(dir, "device")? as u16;
+    let vendor = attrs::required_hex(dir, "vendor")?;
+    let device = attrs::required_hex(dir, "device")?;
     let class = attrs::required_hex(dir, "class")?;
     // The first 256 bytes for everyone; the 4 KiB extended space (ACS) only
     // for bridges: reading it costs a kernel trip per dword on a live host.
@@ -351,8 +351,8 @@ fn read_function(loc: &Located) -> Result<PciFunction, ScanError> {
         bdf: loc.bdf,
         vendor,
         device,
-        subsystem_vendor: attrs::optional_hex(dir, "subsystem_vendor")?.map(|v| v as u16),
-        subsystem_device: attrs::optional_hex(dir, "subsystem_device")?.map(|v| v as u16),
+        subsystem_vendor: attrs::optional_hex(dir, "subsystem_vendor")?,
+        subsystem_device: attrs::optional_hex(dir, "subsystem_device")?,
         class,
         is_bridge: cfg.header_type() == 1,
         host_bridge: loc.host_bridge.clone(),

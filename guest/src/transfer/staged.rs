@@ -10,8 +10,8 @@ use p2p_shared::report::bench::Mode;
 use p2p_shared::{ByteSize, GpuIndex};
 
 use super::{Hold, Leg, Needs, PeerAccess, TransferMethod};
-use crate::bench::rig::{Lane, Rig};
 use crate::cuda::memory::PinnedBuffer;
+use crate::cuda::rig::{Lane, Rig};
 use crate::cuda::{stream, CudaError};
 
 /// A ring of pinned chunks for one ordered pair, with the events that order

@@ -1,6 +1,6 @@
-//! The benchmark rig: every GPU with its streams ("lanes"), its kernels, and
-//! one page of mapped pinned memory holding the release flag the spin
-//! kernels poll. GPUs are addressed by [`GpuIndex`] (their place in the run);
+//! The rig of a run (`bench`, `probe --verify`): every GPU with its streams
+//! ("lanes"), its kernels, and one page of mapped pinned memory holding the
+//! release flag the spin kernels poll. GPUs are addressed by [`GpuIndex`] (their place in the run);
 //! errors name the CUDA ordinal.
 
 use std::sync::Arc;

@@ -9,9 +9,8 @@
 use p2p_shared::report::bench::{Mode, TransferPart, GB};
 use p2p_shared::GpuIndex;
 
-use super::{timed, Hold, Leg, Needs, PeerAccess, TransferMethod};
-use crate::bench::plan::copies_for;
-use crate::bench::rig::{Lane, Rig};
+use super::{copies_for, timed, Hold, Leg, Needs, PeerAccess, TransferMethod};
+use crate::cuda::rig::{Lane, Rig};
 use crate::cuda::{stream, CudaError};
 
 /// Parts are cut at multiples of this (keeps SM copies 16-byte aligned and

@@ -7,7 +7,7 @@ use p2p_shared::report::bench::Mode;
 use p2p_shared::GpuIndex;
 
 use super::{Hold, Leg, Needs, PeerAccess, TransferMethod};
-use crate::bench::rig::{Lane, Rig};
+use crate::cuda::rig::{Lane, Rig};
 use crate::cuda::{stream, CudaError};
 
 /// `ce` or `driver`.

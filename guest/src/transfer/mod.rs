@@ -13,8 +13,8 @@ mod staged;
 use p2p_shared::report::bench::{Mode, TransferPart};
 use p2p_shared::{ByteSize, GpuIndex};
 
-use super::rig::{Lane, Rig};
 use crate::cuda::memory::DeviceBuffer;
+use crate::cuda::rig::{Lane, Rig};
 use crate::cuda::CudaError;
 
 pub use staged::StagedPipeline;
@@ -125,6 +125,14 @@ pub fn method(mode: Mode, cfg: &MethodConfig) -> Option<Box<dyn TransferMethod>>
         Mode::Max => Box::new(max::Max::default()),
         Mode::Nccl | Mode::NcclNoP2p | Mode::Pingpong => return None,
     })
+}
+
+/// Copies per timed run (a bench sample, a calibration): enough bytes to time
+/// well (about 2 GiB), at least 4, at most 300 (small copies: enough to
+/// amortise the restart after release, few enough to stay inside the bench's
+/// hold budget).
+pub fn copies_for(bytes: u64) -> u32 {
+    ((2u64 << 30) / bytes.max(1)).clamp(4, 300) as u32
 }
 
 /// What one timed run gave: seconds per leg, and, when a hold failed, why
@@ -244,4 +252,16 @@ fn timed_once(
         )));
     }
     Ok(Ok(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copies_for;
+
+    #[test]
+    fn copies_time_about_two_gib_within_bounds() {
+        assert_eq!(copies_for(4), 300);
+        assert_eq!(copies_for(256 << 20), 8);
+        assert_eq!(copies_for(1 << 30), 4);
+    }
 }

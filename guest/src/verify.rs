@@ -1,17 +1,27 @@
-//! `probe --verify`: for a pair the decision enables, distinct host-made
-//! patterns are moved both ways with the copy engine and with SM kernels
-//! (reading from and writing to the peer), and each destination is read back
-//! to the host and compared byte for byte with what was sent. A pair granted
-//! P2P whose data does not arrive is `p2p_data_lost`.
+//! Checking that data moved between GPUs arrives whole, for `probe --verify`:
+//! for a pair the decision enables, distinct host-made patterns are moved
+//! both ways with the copy engine and with SM kernels (reading from and
+//! writing to the peer), and each destination is read back to the host and
+//! compared byte for byte with what was sent. A pair granted P2P whose data
+//! does not arrive is `p2p_data_lost`.
+//!
+//! It sits below both `probe` (whose report holds [`VerifyCheck`]s) and
+//! `bench` (whose copies poison their destinations with the same [`POISON`]),
+//! on the copy machinery they share: [`crate::cuda::rig`] and
+//! [`crate::transfer`].
 
 use p2p_shared::report::bench::Mode;
 use p2p_shared::{Bdf, ByteSize, GpuIndex};
 use serde::{Deserialize, Serialize};
 
-use super::rig::Rig;
-use super::transfer::{self, timed, Leg, MethodConfig};
 use crate::cuda::memory::DeviceBuffer;
+use crate::cuda::rig::Rig;
 use crate::cuda::{peer, CudaError, Gpu};
+use crate::transfer::{self, timed, Leg, MethodConfig};
+
+/// The byte every destination is set to before a copy, here and in `bench`:
+/// bytes that never arrive keep it.
+pub const POISON: u8 = 0xa5;
 
 /// Copies per check: the last one's bytes are compared.
 pub const VERIFY_COPIES: u32 = 3;
@@ -72,7 +82,7 @@ fn one(
     let src = DeviceBuffer::new(rig.gpu(s), bytes)?;
     let dst = DeviceBuffer::new(rig.gpu(d), bytes)?;
     src.copy_from_host(&sent)?;
-    dst.fill_bytes(0xa5)?;
+    dst.fill_bytes(POISON)?;
     rig.synchronize_all()?;
     let leg = Leg {
         src: s,
@@ -161,7 +171,7 @@ pub fn pair(a: &Gpu, b: &Gpu, bytes: usize) -> Result<Vec<VerifyCheck>, CudaErro
 
 #[cfg(test)]
 mod tests {
-    use super::pattern;
+    use super::{pattern, POISON};
 
     #[test]
     fn patterns_differ_by_seed_and_cover_the_bytes() {
@@ -170,6 +180,6 @@ mod tests {
         assert_ne!(a, b);
         let distinct: std::collections::BTreeSet<u8> = a.iter().copied().collect();
         assert!(distinct.len() > 200);
-        assert!(a.iter().any(|&x| x != 0xa5), "never the poison");
+        assert!(a.iter().any(|&x| x != POISON), "never the poison");
     }
 }
