@@ -8,6 +8,7 @@ use std::str::FromStr;
 use anyhow::{bail, Context};
 use clap::Args;
 use p2p_host::vmm::{self, EmitFormat, EmitOptions};
+use p2p_shared::bdf::BdfParseError;
 use p2p_shared::clique::{plan_cliques, CliquePlan, MaxLevel};
 use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology, VmDevice};
 use p2p_shared::report::PlanReport;
@@ -19,27 +20,59 @@ use super::select::TopologyArgs;
 /// `NAME=BDF,BDF,...`: the GPUs (and RDMA NICs) given to one VM.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
+    /// The VM's name (letters, digits, '-', '_' and '.').
     pub name: String,
+    /// Its devices as given; after [`vm_specs`], only the GPUs.
     pub gpus: Vec<Bdf>,
     /// RDMA NICs, sorted out of the list by [`vm_specs`].
     pub nics: Vec<Bdf>,
 }
 
+/// Why a `--vm NAME=BDF,...` value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VmSpecError {
+    /// No '=' between the name and the devices.
+    #[error("'{0}': want NAME=BDF,BDF,... (a VM name, '=', then the PCI addresses of its GPUs and RDMA NICs)")]
+    NoEquals(String),
+    /// The name is empty or has a character outside letters, digits, '-', '_' and '.'.
+    #[error("'{0}': a VM name is letters, digits, '-', '_' and '.'")]
+    BadName(String),
+    /// Nothing after the '='.
+    #[error("VM {0}: no devices after '=' (want NAME=BDF,BDF,...)")]
+    NoDevices(String),
+    /// One item of the list is not a PCI address.
+    #[error("VM {vm}: {source}")]
+    BadAddress {
+        /// The VM whose list holds it.
+        vm: String,
+        /// Why the item is not a PCI address (it names the item).
+        source: BdfParseError,
+    },
+}
+
 impl FromStr for VmSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = VmSpecError;
+    fn from_str(s: &str) -> Result<Self, VmSpecError> {
         let (name, list) = s
             .split_once('=')
-            .ok_or_else(|| format!("'{s}': want NAME=BDF,BDF,..."))?;
+            .ok_or_else(|| VmSpecError::NoEquals(s.to_string()))?;
         let valid = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
         if name.is_empty() || !name.chars().all(valid) {
-            return Err(format!(
-                "'{name}': a VM name is letters, digits, '-', '_' and '.'"
-            ));
+            return Err(VmSpecError::BadName(name.to_string()));
+        }
+        if list.trim().is_empty() {
+            return Err(VmSpecError::NoDevices(name.to_string()));
         }
         let gpus = list
             .split(',')
-            .map(|b| b.trim().parse::<Bdf>().map_err(|e| e.to_string()))
+            .map(|b| {
+                b.trim()
+                    .parse::<Bdf>()
+                    .map_err(|source| VmSpecError::BadAddress {
+                        vm: name.to_string(),
+                        source,
+                    })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(VmSpec {
             name: name.to_string(),
