@@ -10,7 +10,7 @@ use clap::Args;
 use p2p_host::vmm::{self, EmitFormat, EmitOptions};
 use p2p_shared::bdf::BdfParseError;
 use p2p_shared::clique::{plan_cliques, CliquePlan, MaxLevel};
-use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology, VmDevice};
+use p2p_shared::guest_layout::{self, DeviceRole, FirstSlot, GuestLayout, GuestTopology, VmDevice};
 use p2p_shared::report::PlanReport;
 use p2p_shared::{Bdf, GpuSelector, PathClass, Role, Topology};
 
@@ -111,6 +111,12 @@ pub struct PlanArgs {
         default_value = "flat"
     )]
     pub guest_topology: LayoutArg,
+    /// First slot on the guest's pcie.0 that vp2p takes: flat puts one host
+    /// device per slot from it, mirror one expander bus per host root complex.
+    /// Decimal or 0x hex, 0x01 to 0x1e; move it when the VM already uses
+    /// slots from 0x10.
+    #[arg(long, value_name = "SLOT", default_value_t = FirstSlot::DEFAULT)]
+    pub first_slot: FirstSlot,
 }
 
 /// `--guest-topology` values.
@@ -135,6 +141,7 @@ fn guest_of(
     plan: &CliquePlan,
     nics: &[Bdf],
     layout: GuestLayout,
+    first_slot: FirstSlot,
 ) -> anyhow::Result<GuestTopology> {
     let mut devices: Vec<VmDevice> = plan
         .assignments
@@ -151,8 +158,8 @@ fn guest_of(
         clique: None,
     }));
     let g = match layout {
-        GuestLayout::Flat => guest_layout::flat(topo, &devices),
-        GuestLayout::Mirror => guest_layout::mirror(topo, &devices),
+        GuestLayout::Flat => guest_layout::flat_from(topo, &devices, first_slot),
+        GuestLayout::Mirror => guest_layout::mirror_from(topo, &devices, first_slot),
     };
     g.with_context(|| format!("VM {}: guest topology", plan.vm))
 }
@@ -190,7 +197,7 @@ impl PlanArgs {
         for spec in &specs {
             let plan = plan_cliques(topo, &spec.name, &spec.gpus, self.max_level)
                 .with_context(|| format!("VM {}", spec.name))?;
-            guests.push(guest_of(topo, &plan, &spec.nics, layout)?);
+            guests.push(guest_of(topo, &plan, &spec.nics, layout, self.first_slot)?);
             plans.push(plan);
         }
         let devices: Vec<Vec<Bdf>> = specs
