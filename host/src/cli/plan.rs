@@ -314,6 +314,10 @@ pub struct PlanCmd {
     /// mirrored controllers are numbered from it).
     #[arg(long, value_name = "N", default_value_t = 1)]
     libvirt_first_index: u32,
+    /// With --emit proxmox: the Proxmox VE VM id (100 to 999999999) to write
+    /// into the file name and the qm command, instead of the placeholder VMID.
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u32).range(100..=999_999_999))]
+    proxmox_vmid: Option<u32>,
     /// Patch this libvirt domain XML ("-": standard input) with the plan for
     /// the GPUs and RDMA NICs it passes through, and print it: aliases where
     /// missing, the clique overrides, and with --guest-topology mirror the
@@ -330,25 +334,31 @@ pub fn run(args: PlanCmd) -> anyhow::Result<()> {
     if let Some(file) = &args.patch_domain {
         return patch_domain(&args, file);
     }
-    let (report, topo) = args.plan.plan_with_topology()?;
     let format = if args.json {
         Some(EmitFormat::Json)
     } else {
         args.emit
     };
+    if args.proxmox_vmid.is_some() && format != Some(EmitFormat::Proxmox) {
+        bail!("--proxmox-vmid goes with --emit proxmox");
+    }
+    let (report, topo) = args.plan.plan_with_topology()?;
     let opts = EmitOptions {
         nccl_topo_path: args.nccl_topo_path.clone(),
         libvirt_first_index: args.libvirt_first_index,
+        proxmox_vmid: args.proxmox_vmid,
     };
     match format {
         Some(f) => {
             // The table carries the warnings; configuration output keeps them
-            // off standard output.
-            for w in report
+            // off standard output. Proxmox's entries give the VM every
+            // function of its groups, and its notes say so instead.
+            let warnings = report
                 .iommu_groups
                 .iter()
                 .filter_map(|g| g.warning.as_ref())
-            {
+                .filter(|_| f != EmitFormat::Proxmox);
+            for w in warnings {
                 eprintln!("p2p-host plan: warning: {w}");
             }
             print!("{}", vmm::emit(&report, &topo, f, &opts)?)
