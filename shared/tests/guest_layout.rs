@@ -4,7 +4,10 @@
 
 mod support;
 
-use p2p_shared::guest_layout::{flat, mirror, DeviceRole, LayoutError, PortKind, VmDevice};
+use p2p_shared::guest_layout::{
+    flat, flat_from, mirror, mirror_from, DeviceRole, FirstSlot, FirstSlotError, LayoutError,
+    PortKind, VmDevice,
+};
 use p2p_shared::nccl_topo::from_guest;
 use support::{bdf, server};
 
@@ -118,5 +121,121 @@ fn refusals_name_the_device() {
     assert!(
         err.to_string().contains("at most 15 devices on pcie.0"),
         "{err}"
+    );
+}
+
+fn slot(s: &str) -> FirstSlot {
+    s.parse().unwrap()
+}
+
+/// q35's pcie.0 has slots 0x00 (host bridge) to 0x1f (ICH9 LPC, SATA,
+/// SMBus): a layout may start at 0x01 to 0x1e, written in decimal or 0x hex.
+#[test]
+fn first_slot_parses_decimal_and_hex_within_q35s_free_slots() {
+    assert_eq!(slot("0x18"), slot("24"));
+    assert_eq!(slot("0X18").get(), 0x18);
+    assert_eq!(slot("1").get(), 1);
+    assert_eq!(slot("0x1e").get(), 0x1e);
+    assert_eq!(FirstSlot::default().get(), 0x10);
+    // 0x10..=0x1e: the 15 slots the flat layout always had.
+    assert_eq!(FirstSlot::default().room(), 15);
+    assert_eq!(slot("0x1e").room(), 1);
+    for (bad, err) in [
+        ("0", FirstSlotError::OutOfRange(0)),
+        ("0x1f", FirstSlotError::OutOfRange(0x1f)),
+        ("256", FirstSlotError::OutOfRange(256)),
+        ("-1", FirstSlotError::NotANumber("-1".into())),
+        ("0x", FirstSlotError::NotANumber("0x".into())),
+        ("", FirstSlotError::NotANumber("".into())),
+    ] {
+        assert_eq!(bad.parse::<FirstSlot>().unwrap_err(), err, "{bad:?}");
+    }
+}
+
+#[test]
+fn first_slot_moves_the_flat_slots() {
+    // An audio-like second function beside GPU 08:00.0 (below root port 00:02.0).
+    let mut t = server();
+    t.functions.push(support::func(
+        "0000:08:00.1",
+        "pci0000:00",
+        Some("0000:00:02.0"),
+        p2p_shared::pci::PciePortType::Endpoint,
+    ));
+    t.sort();
+    let nic = VmDevice {
+        host: bdf("0000:08:00.1"),
+        role: DeviceRole::Nic,
+        clique: None,
+    };
+    let devs = [gpu("0000:81:00.0", 1), gpu("0000:08:00.0", 0), nic];
+    let g = flat_from(&t, &devs, slot("0x18")).unwrap();
+    // By hand: host devices take slots in the order given from 0x18: 81:00.0
+    // at 0x18; 08:00.0 and 08:00.1, one host device, share 0x19 as functions
+    // 0 and 1, function 0 marked multifunction.
+    let at: Vec<(String, bool)> = g
+        .devices
+        .iter()
+        .map(|d| (d.guest.to_string(), d.multifunction))
+        .collect();
+    assert_eq!(
+        at,
+        [
+            ("0000:00:18.0".to_string(), false),
+            ("0000:00:19.0".to_string(), true),
+            ("0000:00:19.1".to_string(), false),
+        ]
+    );
+    // The default is unchanged: 0x10 and 0x11.
+    let d = flat(&t, &devs).unwrap();
+    assert_eq!(d.devices[0].guest.to_string(), "0000:00:10.0");
+    assert_eq!(d.devices[2].guest.to_string(), "0000:00:11.1");
+    // From 0x1d only 0x1d and 0x1e are free: two host devices fit, three do not.
+    let two = flat_from(&t, &devs, slot("0x1d")).unwrap();
+    assert_eq!(two.devices[2].guest.to_string(), "0000:00:1e.1");
+    let three = [devs[0], devs[1], gpu("0000:03:00.0", 0)];
+    let err = flat_from(&t, &three, slot("0x1d")).unwrap_err();
+    assert_eq!(
+        err,
+        LayoutError::FlatFull {
+            first: 0x1d,
+            max: 2,
+            count: 3
+        }
+    );
+    assert!(
+        err.to_string()
+            .contains("at most 2 devices on pcie.0 (slots 0x1d..=0x1e), the VM has 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn first_slot_moves_the_mirrored_expander_buses() {
+    let t = server();
+    // Three host root complexes: pci0000:00, pci0000:20, pci0000:80.
+    let devs = [
+        gpu("0000:03:00.0", 0),
+        gpu("0000:21:00.0", 0),
+        gpu("0000:81:00.0", 1),
+    ];
+    let g = mirror_from(&t, &devs, slot("0x1c")).unwrap();
+    let slots: Vec<u8> = g.root_complexes.iter().map(|r| r.slot).collect();
+    assert_eq!(slots, [0x1c, 0x1d, 0x1e]);
+    // Only the expander buses' slots move: bus numbers and devices stay.
+    let d = mirror(&t, &devs).unwrap();
+    assert_eq!(
+        d.root_complexes.iter().map(|r| r.slot).collect::<Vec<_>>(),
+        [0x10, 0x11, 0x12]
+    );
+    assert_eq!(g.devices, d.devices);
+    assert_eq!(g.ports, d.ports);
+    assert_eq!(
+        mirror_from(&t, &devs, slot("0x1d")).unwrap_err(),
+        LayoutError::MirrorFull {
+            first: 0x1d,
+            max: 2,
+            count: 3
+        }
     );
 }

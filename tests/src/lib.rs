@@ -11,6 +11,7 @@ pub mod emitted;
 pub mod libvirt;
 pub mod openapi;
 pub mod packages;
+pub mod proxmox;
 pub mod qemu;
 pub mod qemu_expect;
 pub mod schemas;

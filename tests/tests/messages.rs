@@ -54,6 +54,37 @@ fn plan_names_the_real_mistake() {
     assert!(r.stdout.contains("-device pxb-pcie"));
 }
 
+/// A bad `--vm` value is refused by the argument parser, naming the option,
+/// the value and what is wrong with it (exit 2, clap's usage error).
+#[test]
+fn vm_values_say_what_is_wrong() {
+    let cases: [(&str, &str); 4] = [
+        ("a", "'a': want NAME=BDF,BDF,..."),
+        ("a=", "VM a: no devices after '='"),
+        // A Proxmox-style slot without the function is not one function.
+        (
+            "a=0000:23:00.0,0000:24:00",
+            "VM a: '0000:24:00' is not a PCI address (want DDDD:BB:DD.F or BB:DD.F): missing '.F'",
+        ),
+        ("a b=0000:23:00.0", "'a b': a VM name is letters, digits"),
+    ];
+    for (value, needle) in cases {
+        let r = run(
+            "p2p-host",
+            &["plan", "--sysfs-root", &root(TWO_SOCKET), "--vm", value],
+        );
+        assert_eq!(r.code, Some(2), "{value}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!(
+                "invalid value '{value}' for '--vm <NAME=BDF,...>'"
+            )),
+            "{value}: {}",
+            r.stderr
+        );
+        assert!(r.stderr.contains(needle), "{value}: {}", r.stderr);
+    }
+}
+
 #[test]
 fn plans_vfio_cannot_start_are_refused_or_warned() {
     // nested-switch, IOMMU on: group 9 holds switch B's ports and gpu0/gpu1

@@ -450,3 +450,74 @@ fn emitters_carry_the_planned_cliques() {
         }
     }
 }
+
+/// `--first-slot` moves the flat layout's pcie.0 slots. By hand: the seven
+/// GPUs of the two-socket tree take one slot each in address order, from the
+/// slot given; from 0x18 they fill 0x18..=0x1e exactly (0x1f is q35's ICH9
+/// slot), from 0x19 only six slots are left. The default stays 0x10.
+#[test]
+fn first_slot_moves_the_flat_devices() {
+    let addrs = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix("-device vfio-pci,"))
+            .map(|l| p2p_tests::emitted::opt(l, "addr").unwrap().to_string())
+            .collect()
+    };
+    let moved = plan_out(TWO_SOCKET, &["--emit", "qemu", "--first-slot", "0x18"]);
+    assert_eq!(
+        addrs(&moved),
+        ["0x18.0", "0x19.0", "0x1a.0", "0x1b.0", "0x1c.0", "0x1d.0", "0x1e.0"]
+    );
+    // Decimal 24 is 0x18; the JSON plan carries the same guest addresses.
+    let report = plan_json(TWO_SOCKET, &["--first-slot", "24"]);
+    let guest: Vec<String> = report.guests[0]
+        .devices
+        .iter()
+        .map(|d| d.guest.to_string())
+        .collect();
+    assert_eq!(guest[0], "0000:00:18.0");
+    assert_eq!(guest[6], "0000:00:1e.0");
+    let default = plan_out(TWO_SOCKET, &["--emit", "qemu"]);
+    assert_eq!(addrs(&default)[0], "0x10.0");
+    assert_eq!(
+        default,
+        plan_out(TWO_SOCKET, &["--emit", "qemu", "--first-slot", "0x10"])
+    );
+
+    let refused = |slot: &str| {
+        p2p_tests::run(
+            "p2p-host",
+            &[
+                "plan",
+                "--sysfs-root",
+                &root(TWO_SOCKET),
+                "--gpu-class",
+                "0108",
+                "--first-slot",
+                slot,
+            ],
+        )
+    };
+    let r = refused("0x19");
+    assert_eq!(r.code, Some(1));
+    assert!(
+        r.stderr.contains(
+            "VM vm0: guest topology: the flat layout holds at most 6 devices on pcie.0 \
+             (slots 0x19..=0x1e), the VM has 7"
+        ),
+        "{}",
+        r.stderr
+    );
+    for bad in ["0x1f", "0", "32"] {
+        let r = refused(bad);
+        assert_eq!(r.code, Some(2), "{bad}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains(&format!("invalid value '{bad}' for '--first-slot <SLOT>'"))
+                && r.stderr
+                    .contains("a layout starts at a slot from 0x01 to 0x1e"),
+            "{bad}: {}",
+            r.stderr
+        );
+    }
+}

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
+use p2p_shared::guest_layout::FirstSlot;
 use p2p_shared::select::ClassPrefix;
 
 use super::domain::{patch, NcclChoice};
@@ -180,6 +181,7 @@ fn policy(ann: &BTreeMap<String, String>, sysfs_root: &std::path::Path) -> anyho
             max_level,
             vms: Vec::new(),
             guest_topology,
+            first_slot: FirstSlot::DEFAULT,
         },
         nccl,
     })

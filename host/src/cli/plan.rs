@@ -8,8 +8,9 @@ use std::str::FromStr;
 use anyhow::{bail, Context};
 use clap::Args;
 use p2p_host::vmm::{self, EmitFormat, EmitOptions};
+use p2p_shared::bdf::BdfParseError;
 use p2p_shared::clique::{plan_cliques, CliquePlan, MaxLevel};
-use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology, VmDevice};
+use p2p_shared::guest_layout::{self, DeviceRole, FirstSlot, GuestLayout, GuestTopology, VmDevice};
 use p2p_shared::report::PlanReport;
 use p2p_shared::{Bdf, GpuSelector, PathClass, Role, Topology};
 
@@ -19,27 +20,59 @@ use super::select::TopologyArgs;
 /// `NAME=BDF,BDF,...`: the GPUs (and RDMA NICs) given to one VM.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
+    /// The VM's name (letters, digits, '-', '_' and '.').
     pub name: String,
+    /// Its devices as given; after [`vm_specs`], only the GPUs.
     pub gpus: Vec<Bdf>,
     /// RDMA NICs, sorted out of the list by [`vm_specs`].
     pub nics: Vec<Bdf>,
 }
 
+/// Why a `--vm NAME=BDF,...` value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VmSpecError {
+    /// No '=' between the name and the devices.
+    #[error("'{0}': want NAME=BDF,BDF,... (a VM name, '=', then the PCI addresses of its GPUs and RDMA NICs)")]
+    NoEquals(String),
+    /// The name is empty or has a character outside letters, digits, '-', '_' and '.'.
+    #[error("'{0}': a VM name is letters, digits, '-', '_' and '.'")]
+    BadName(String),
+    /// Nothing after the '='.
+    #[error("VM {0}: no devices after '=' (want NAME=BDF,BDF,...)")]
+    NoDevices(String),
+    /// One item of the list is not a PCI address.
+    #[error("VM {vm}: {source}")]
+    BadAddress {
+        /// The VM whose list holds it.
+        vm: String,
+        /// Why the item is not a PCI address (it names the item).
+        source: BdfParseError,
+    },
+}
+
 impl FromStr for VmSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = VmSpecError;
+    fn from_str(s: &str) -> Result<Self, VmSpecError> {
         let (name, list) = s
             .split_once('=')
-            .ok_or_else(|| format!("'{s}': want NAME=BDF,BDF,..."))?;
+            .ok_or_else(|| VmSpecError::NoEquals(s.to_string()))?;
         let valid = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
         if name.is_empty() || !name.chars().all(valid) {
-            return Err(format!(
-                "'{name}': a VM name is letters, digits, '-', '_' and '.'"
-            ));
+            return Err(VmSpecError::BadName(name.to_string()));
+        }
+        if list.trim().is_empty() {
+            return Err(VmSpecError::NoDevices(name.to_string()));
         }
         let gpus = list
             .split(',')
-            .map(|b| b.trim().parse::<Bdf>().map_err(|e| e.to_string()))
+            .map(|b| {
+                b.trim()
+                    .parse::<Bdf>()
+                    .map_err(|source| VmSpecError::BadAddress {
+                        vm: name.to_string(),
+                        source,
+                    })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(VmSpec {
             name: name.to_string(),
@@ -78,6 +111,12 @@ pub struct PlanArgs {
         default_value = "flat"
     )]
     pub guest_topology: LayoutArg,
+    /// First slot on the guest's pcie.0 that vp2p takes: flat puts one host
+    /// device per slot from it, mirror one expander bus per host root complex.
+    /// Decimal or 0x hex, 0x01 to 0x1e; move it when the VM already uses
+    /// slots from 0x10.
+    #[arg(long, value_name = "SLOT", default_value_t = FirstSlot::DEFAULT)]
+    pub first_slot: FirstSlot,
 }
 
 /// `--guest-topology` values.
@@ -102,6 +141,7 @@ fn guest_of(
     plan: &CliquePlan,
     nics: &[Bdf],
     layout: GuestLayout,
+    first_slot: FirstSlot,
 ) -> anyhow::Result<GuestTopology> {
     let mut devices: Vec<VmDevice> = plan
         .assignments
@@ -118,8 +158,8 @@ fn guest_of(
         clique: None,
     }));
     let g = match layout {
-        GuestLayout::Flat => guest_layout::flat(topo, &devices),
-        GuestLayout::Mirror => guest_layout::mirror(topo, &devices),
+        GuestLayout::Flat => guest_layout::flat_from(topo, &devices, first_slot),
+        GuestLayout::Mirror => guest_layout::mirror_from(topo, &devices, first_slot),
     };
     g.with_context(|| format!("VM {}: guest topology", plan.vm))
 }
@@ -157,7 +197,7 @@ impl PlanArgs {
         for spec in &specs {
             let plan = plan_cliques(topo, &spec.name, &spec.gpus, self.max_level)
                 .with_context(|| format!("VM {}", spec.name))?;
-            guests.push(guest_of(topo, &plan, &spec.nics, layout)?);
+            guests.push(guest_of(topo, &plan, &spec.nics, layout, self.first_slot)?);
             plans.push(plan);
         }
         let devices: Vec<Vec<Bdf>> = specs
@@ -274,6 +314,10 @@ pub struct PlanCmd {
     /// mirrored controllers are numbered from it).
     #[arg(long, value_name = "N", default_value_t = 1)]
     libvirt_first_index: u32,
+    /// With --emit proxmox: the Proxmox VE VM id (100 to 999999999) to write
+    /// into the file name and the qm command, instead of the placeholder VMID.
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u32).range(100..=999_999_999))]
+    proxmox_vmid: Option<u32>,
     /// Patch this libvirt domain XML ("-": standard input) with the plan for
     /// the GPUs and RDMA NICs it passes through, and print it: aliases where
     /// missing, the clique overrides, and with --guest-topology mirror the
@@ -290,25 +334,31 @@ pub fn run(args: PlanCmd) -> anyhow::Result<()> {
     if let Some(file) = &args.patch_domain {
         return patch_domain(&args, file);
     }
-    let (report, topo) = args.plan.plan_with_topology()?;
     let format = if args.json {
         Some(EmitFormat::Json)
     } else {
         args.emit
     };
+    if args.proxmox_vmid.is_some() && format != Some(EmitFormat::Proxmox) {
+        bail!("--proxmox-vmid goes with --emit proxmox");
+    }
+    let (report, topo) = args.plan.plan_with_topology()?;
     let opts = EmitOptions {
         nccl_topo_path: args.nccl_topo_path.clone(),
         libvirt_first_index: args.libvirt_first_index,
+        proxmox_vmid: args.proxmox_vmid,
     };
     match format {
         Some(f) => {
             // The table carries the warnings; configuration output keeps them
-            // off standard output.
-            for w in report
+            // off standard output. Proxmox's entries give the VM every
+            // function of its groups, and its notes say so instead.
+            let warnings = report
                 .iommu_groups
                 .iter()
                 .filter_map(|g| g.warning.as_ref())
-            {
+                .filter(|_| f != EmitFormat::Proxmox);
+            for w in warnings {
                 eprintln!("p2p-host plan: warning: {w}");
             }
             print!("{}", vmm::emit(&report, &topo, f, &opts)?)

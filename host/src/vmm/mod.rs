@@ -1,5 +1,6 @@
 //! VMM configuration for a clique plan: QEMU arguments, libvirt domain XML,
-//! Cloud Hypervisor CLI arguments and REST requests, and NCCL's topology file.
+//! Cloud Hypervisor CLI arguments and REST requests, Incus devices, Proxmox VE
+//! VM configuration, and NCCL's topology file.
 //!
 //! Each emitter writes exactly what its VMM accepts as is; the contract tests
 //! feed the output to QEMU, to libvirt's schema and to Cloud Hypervisor's
@@ -9,6 +10,7 @@ pub mod ch_api;
 pub mod cloud_hypervisor;
 pub mod incus;
 pub mod libvirt;
+pub mod proxmox;
 pub mod qemu;
 
 use p2p_shared::clique::CliquePlan;
@@ -34,6 +36,9 @@ pub enum EmitFormat {
     Incus,
     /// The `devices:` YAML of `incus config edit`.
     IncusYaml,
+    /// Proxmox VE: `hostpciN` lines and `args: -set device.hostpciN.x-nv-gpudirect-clique=N`
+    /// for the VM's configuration file, and the same as a `qm set` command.
+    Proxmox,
 }
 
 /// Settings the emitters share.
@@ -44,6 +49,9 @@ pub struct EmitOptions {
     pub nccl_topo_path: Option<String>,
     /// First free `<controller type='pci' index=...>` in the libvirt domain.
     pub libvirt_first_index: u32,
+    /// The Proxmox VE VM id to write into the file name and `qm set`; None:
+    /// the placeholder `VMID`.
+    pub proxmox_vmid: Option<u32>,
 }
 
 impl EmitOptions {
@@ -69,6 +77,22 @@ pub enum EmitError {
     /// Hypervisor and Incus lay out the guest buses themselves. The text says why.
     #[error("{0}; use --guest-topology flat")]
     NoMirror(&'static str),
+    /// A Proxmox VE VM would need more `hostpciN` entries than `hostpci0` to `hostpci15`.
+    #[error(
+        "VM {vm} needs {count} hostpci entries (one per function of its devices' IOMMU groups); \
+         Proxmox VE takes hostpci0 to hostpci15: give the VM fewer devices"
+    )]
+    TooManyHostpci {
+        /// The VM's name.
+        vm: String,
+        /// Entries it would need.
+        count: usize,
+    },
+    /// One Proxmox VE VM id was given for a plan of several VMs.
+    #[error(
+        "--proxmox-vmid names one VM; the plan has {0} VMs: plan one VM per call (--vm NAME=...)"
+    )]
+    VmidForSeveralVms(usize),
 }
 
 /// Renders every VM's plan in `format`.
@@ -94,12 +118,19 @@ pub fn emit(
     Ok(match format {
         EmitFormat::Qemu => each(&|p, g| qemu::arguments(p, g, opts))?,
         EmitFormat::Libvirt => each(&|p, g| libvirt::fragments(p, g, opts))?,
-        EmitFormat::CloudHypervisor | EmitFormat::Incus | EmitFormat::IncusYaml
+        EmitFormat::CloudHypervisor
+        | EmitFormat::Incus
+        | EmitFormat::IncusYaml
+        | EmitFormat::Proxmox
             if report.guest_topology == GuestLayout::Mirror =>
         {
             let vmm = match format {
                 EmitFormat::CloudHypervisor => {
                     "Cloud Hypervisor has no PCIe expander buses or switches to mirror the host with"
+                }
+                EmitFormat::Proxmox => {
+                    "Proxmox VE lays out the guest's PCIe ports itself (hostpciN on its root port \
+                     ich9-pcie-port-N+1) and takes no controllers to mirror the host with"
                 }
                 _ => "Incus lays out the guest's PCIe ports itself and takes no controllers to mirror the host with",
             };
@@ -108,6 +139,21 @@ pub fn emit(
         EmitFormat::CloudHypervisor => each(&|p, g| cloud_hypervisor::arguments(p, g))?,
         EmitFormat::Incus => each(&|p, g| incus::commands(p, g))?,
         EmitFormat::IncusYaml => each(&|p, g| incus::yaml(p, g))?,
+        EmitFormat::Proxmox => {
+            if opts.proxmox_vmid.is_some() && report.vms.len() > 1 {
+                return Err(EmitError::VmidForSeveralVms(report.vms.len()));
+            }
+            let mut parts = Vec::new();
+            for (i, plan) in report.vms.iter().enumerate() {
+                parts.push(proxmox::config(
+                    plan,
+                    guest(i)?,
+                    &report.iommu_groups,
+                    opts.proxmox_vmid,
+                )?);
+            }
+            parts.join("\n")
+        }
         EmitFormat::Json => serde_json::to_string_pretty(report)? + "\n",
         EmitFormat::NcclTopo => {
             if report.vms.len() != 1 {

@@ -3,13 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{DeviceRole, GuestDevice, GuestLayout, GuestTopology, LayoutError};
+use super::{DeviceRole, FirstSlot, GuestDevice, GuestLayout, GuestTopology, LayoutError};
 use crate::bdf::Bdf;
 use crate::topology::Topology;
 
-/// First slot on `pcie.0` used for flat devices and for expander buses (QEMU's
-/// q35 keeps 0x00 and 0x1f; VMMs fill low slots with their own devices).
-pub const FIRST_SLOT: u8 = 0x10;
 /// Guest bus number of the first expander bus; buses below it stay free for
 /// the root ports the VM already has on `pcie.0`.
 pub const FIRST_BUS: u8 = 0x20;
@@ -115,16 +112,27 @@ pub(super) fn in_given_order(out: &mut [GuestDevice], devices: &[VmDevice]) {
     out.sort_by_key(|d| devices.iter().position(|v| v.host == d.host));
 }
 
-/// Every device on `pcie.0`, one slot per host device from [`FIRST_SLOT`].
+/// Every device on `pcie.0`, one slot per host device from the default first
+/// slot (0x10, [`FirstSlot::DEFAULT`]).
 pub fn flat(topo: &Topology, devices: &[VmDevice]) -> Result<GuestTopology, LayoutError> {
+    flat_from(topo, devices, FirstSlot::DEFAULT)
+}
+
+/// Every device on `pcie.0`, one slot per host device from `first`, in the
+/// order the devices were given; the functions of one host device share a
+/// slot. Refused when the slots from `first` through 0x1e are too few.
+pub fn flat_from(
+    topo: &Topology,
+    devices: &[VmDevice],
+    first: FirstSlot,
+) -> Result<GuestTopology, LayoutError> {
     check_devices(topo, devices)?;
     let ids = device_ids(devices);
     let slots = by_slot(devices, 0..devices.len());
-    let max = usize::from(0x1f - FIRST_SLOT);
-    if slots.len() > max {
+    if slots.len() > first.room() {
         return Err(LayoutError::FlatFull {
-            first: FIRST_SLOT,
-            max,
+            first: first.get(),
+            max: first.room(),
             count: slots.len(),
         });
     }
@@ -133,15 +141,12 @@ pub fn flat(topo: &Topology, devices: &[VmDevice]) -> Result<GuestTopology, Layo
     let mut order: Vec<&Vec<usize>> = slots.values().collect();
     order.sort_by_key(|g| g[0]);
     for (s, group) in order.into_iter().enumerate() {
-        push_functions(
-            &mut out,
-            devices,
-            &ids,
-            group,
-            "pcie.0",
-            0,
-            FIRST_SLOT + s as u8,
-        );
+        let slot = first.nth(s).ok_or(LayoutError::FlatFull {
+            first: first.get(),
+            max: first.room(),
+            count: slots.len(),
+        })?;
+        push_functions(&mut out, devices, &ids, group, "pcie.0", 0, slot);
     }
     in_given_order(&mut out, devices);
     Ok(GuestTopology {

@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::build::{
     by_slot, check_devices, device_ids, in_given_order, push_functions, VmDevice, FIRST_BUS,
-    FIRST_CHASSIS, FIRST_SLOT,
+    FIRST_CHASSIS,
 };
 use super::link::{max_or_current, qemu_width_valid};
 use super::{
-    GuestDevice, GuestLayout, GuestLink, GuestNumaNode, GuestPort, GuestRootComplex, GuestTopology,
-    LayoutError, PortKind,
+    FirstSlot, GuestDevice, GuestLayout, GuestLink, GuestNumaNode, GuestPort, GuestRootComplex,
+    GuestTopology, LayoutError, PortKind,
 };
 use crate::bdf::Bdf;
 use crate::pci::PciePortType;
@@ -263,8 +263,18 @@ impl Placer<'_> {
 }
 
 /// The host's root complexes, root ports and switches on the devices' paths,
-/// mirrored with pinned guest addresses.
+/// mirrored with pinned guest addresses; the expander buses from the default
+/// first slot (0x10, [`FirstSlot::DEFAULT`]).
 pub fn mirror(topo: &Topology, devices: &[VmDevice]) -> Result<GuestTopology, LayoutError> {
+    mirror_from(topo, devices, FirstSlot::DEFAULT)
+}
+
+/// As [`mirror`], with one expander bus per slot of `pcie.0` from `first`.
+pub fn mirror_from(
+    topo: &Topology,
+    devices: &[VmDevice],
+    first: FirstSlot,
+) -> Result<GuestTopology, LayoutError> {
     check_devices(topo, devices)?;
     // Host root complexes in (domain, bus) order, each with the bridges on paths.
     let mut rcs: BTreeMap<(u32, u8, String), HostRc> = BTreeMap::new();
@@ -340,11 +350,13 @@ pub fn mirror(topo: &Topology, devices: &[VmDevice]) -> Result<GuestTopology, La
         notes: Vec::new(),
     };
     let mut root_complexes = Vec::new();
-    if rcs.len() > usize::from(0x1f - FIRST_SLOT) {
-        return Err(LayoutError::BusFull {
-            what: "pcie.0".into(),
-            items: "expander buses",
-        });
+    let full = LayoutError::MirrorFull {
+        first: first.get(),
+        max: first.room(),
+        count: rcs.len(),
+    };
+    if rcs.len() > first.room() {
+        return Err(full);
     }
     for (r, (((_, _, name), rc), host_node)) in rcs.iter().zip(rc_nodes).enumerate() {
         let id = format!("ua-vp2p-rc{r}");
@@ -371,7 +383,7 @@ pub fn mirror(topo: &Topology, devices: &[VmDevice]) -> Result<GuestTopology, La
         root_complexes.push(GuestRootComplex {
             id,
             host: name.clone(),
-            slot: FIRST_SLOT + r as u8,
+            slot: first.nth(r).ok_or_else(|| full.clone())?,
             bus_nr,
             last_bus: (p.next_bus - 1) as u8,
             numa_node: guest_node(host_node),

@@ -16,6 +16,7 @@
 //! QEMU trees). The end-to-end test boots the layout and compares.
 
 mod build;
+mod first_slot;
 mod link;
 mod mirror;
 
@@ -25,9 +26,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::bdf::Bdf;
 
-pub use build::{device_id, flat, VmDevice};
+pub use build::{device_id, flat, flat_from, VmDevice};
+pub use first_slot::{FirstSlot, FirstSlotError, FIRST_SLOT, LAST_SLOT, LOWEST_SLOT};
 pub use link::{max_or_current, LinkSpeed};
-pub use mirror::mirror;
+pub use mirror::{mirror, mirror_from};
 
 /// How the guest's PCIe tree is laid out.
 #[derive(
@@ -276,13 +278,31 @@ pub enum LayoutError {
         first: u8,
     },
     /// The flat layout has more host devices than free slots on `pcie.0`.
-    #[error("the flat layout holds at most {max} devices on pcie.0 (slots {first:#04x}..0x1f), the VM has {count}")]
+    #[error(
+        "the flat layout holds at most {max} devices on pcie.0 (slots {first:#04x}..=0x1e), \
+         the VM has {count}: start at a lower first slot or give the VM fewer devices"
+    )]
     FlatFull {
         /// First slot on `pcie.0` the flat layout uses.
         first: u8,
         /// Slots free from `first` up to 0x1f.
         max: usize,
         /// Host devices (slots) the VM has.
+        count: usize,
+    },
+    /// The mirrored layout has more host root complexes than free slots on
+    /// `pcie.0` for their expander buses.
+    #[error(
+        "the mirrored layout holds at most {max} expander buses on pcie.0 (slots \
+         {first:#04x}..=0x1e), the VM's devices sit below {count} host root complexes: start at \
+         a lower first slot or give the VM devices of fewer root complexes"
+    )]
+    MirrorFull {
+        /// First slot on `pcie.0` the expander buses take.
+        first: u8,
+        /// Slots free from `first` through 0x1e.
+        max: usize,
+        /// Host root complexes (expander buses) the VM needs.
         count: usize,
     },
     /// More than 127 slot ports: each root and downstream port needs a chassis number.
