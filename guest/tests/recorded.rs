@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 
 use p2p_guest::compare::{compare, svg};
-use p2p_guest::probe::report::ProbeReport;
+use p2p_guest::decide::{decide, gpu_flags, PairFacts, Verdict};
+use p2p_guest::probe::report::{ProbeGpu, ProbeReport};
+use p2p_guest::probe::sysfs::GuestGpu;
 use p2p_shared::report::bench::{BenchReport, Direction, Mode, Stats, BENCH_SCHEMA, GB};
 use p2p_shared::GpuIndex;
 
@@ -244,9 +246,44 @@ fn report_format_probe_json_parses_and_says_nvlink_enable() {
         "that VM has no capability"
     );
     assert_eq!(p.pairs.len(), 1);
-    assert_eq!(p.pairs[0].nvlinks, Some(18));
-    assert_eq!(p.pairs[0].verdict, p2p_guest::decide::Verdict::Enable);
-    assert!(p.pairs[0].flags.is_empty());
+    // Decide again from the facts that VM recorded, not from its verdict:
+    // each GPU's capability state, NVML's 18 NVLinks between the pair (18
+    // active links each, all to NVSwitches) and CUDA's answers both ways.
+    let guest = |g: &ProbeGpu| GuestGpu {
+        bdf: g.bdf,
+        vendor: u16::from_str_radix(g.vendor.trim_start_matches("0x"), 16).unwrap(),
+        device: u16::from_str_radix(g.device.trim_start_matches("0x"), 16).unwrap(),
+        class: 0x030200, // 3D controller, as host-topo.json lists the H200s
+        config_len: g.config_len,
+        capability: g.capability.clone(),
+        bts: g.bts,
+    };
+    let (a, b) = (guest(&p.gpus[0]), guest(&p.gpus[1]));
+    assert!(
+        p.gpus
+            .iter()
+            .all(|g| g.nvlink.as_ref().is_some_and(|l| l.active == 18)),
+        "NVML saw 18 links on each GPU"
+    );
+    let recorded = &p.pairs[0];
+    let facts = PairFacts {
+        a: recorded.a,
+        b: recorded.b,
+        nvlinks: Some(18),
+        cuda: recorded.cuda,
+    };
+    let cuda = facts.cuda.expect("CUDA answered on that VM");
+    assert!(cuda.iter().all(|c| c.can_access), "CUDA allowed both ways");
+    let d = decide(&a, &b, &facts);
+    // The expectation is the driver's: on that VM, with no capability on
+    // either GPU, cuDeviceCanAccessPeer granted the NVLink pair both ways, so
+    // "enable" (NVLink needs no capability) and no flag (CUDA agrees).
+    assert_eq!(d.verdict, Verdict::Enable, "decide() on the recorded facts");
+    assert_eq!(d.reasons, ["NV18: NVLink peer access needs no capability"]);
+    assert!(d.flags.is_empty(), "{:?}", d.flags);
+    assert!(gpu_flags(&[a, b], p.hypervisor.present_bit).is_empty());
+    // And the recording says the same as the code does today.
+    assert_eq!(&d, recorded);
 }
 
 fn tempfile_dir() -> PathBuf {

@@ -6,6 +6,8 @@ use p2p_host::overlay::{ConfigOverlay, OverlayError, OverlayOptions, PhysicalCon
 use p2p_shared::pci::{CapabilityEntry, ConfigSpace};
 use p2p_shared::{Clique, P2pCapability};
 use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestRunner};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One capability to lay out: its kind decides its length.
 #[derive(Debug, Clone)]
@@ -318,15 +320,65 @@ proptest! {
             }
         }
     }
+}
 
-    #[test]
-    fn reads_of_any_width_and_alignment_equal_the_virtual_bytes(
-        g in config_space(),
-        windows in prop::collection::vec((0usize..4096, 1usize..=32), 1..32),
-    ) {
-        let Ok(o) = ConfigOverlay::new(&g.bytes, Clique::MIN, g.options) else {
-            return Ok(());
-        };
+/// Cases each of the two tests below runs.
+const CASES: u32 = 512;
+
+/// Runs `check` on [`CASES`] generated config spaces, each with a clique, a
+/// value of `extra` and the overlay made for them. A refusal is checked
+/// rather than skipped: it must be one the slot rule explains
+/// ([`expected_slot`] finds no free slot). And most cases must be accepted,
+/// else the test would check its property on a handful of spaces: 80% of
+/// generated spaces are blanked between capabilities, and in those the
+/// capabilities (at most 8, packed from 0x40) reach 0xC8 only when long ones
+/// pile up, so well over half leave 0xC8 or 0xD4 free (65% to 72% of all
+/// cases over 12 runs of 512 and the 2 saved regression seeds).
+fn mostly_accepted<T: std::fmt::Debug>(
+    extra: impl Strategy<Value = T>,
+    check: impl Fn(&Generated, Clique, ConfigOverlay, T) -> Result<(), TestCaseError>,
+) {
+    let accepted = AtomicUsize::new(0);
+    let refused = AtomicUsize::new(0);
+    let config = ProptestConfig {
+        cases: CASES,
+        source_file: Some(file!()),
+        ..ProptestConfig::default()
+    };
+    let result = TestRunner::new(config).run(&(config_space(), 0u8..16, extra), |(g, c, x)| {
+        let clique = Clique::new(c).unwrap();
+        match ConfigOverlay::new(&g.bytes, clique, g.options) {
+            Ok(o) => {
+                accepted.fetch_add(1, Ordering::Relaxed);
+                check(&g, clique, o, x)
+            }
+            Err(OverlayError::NoFreeSlot { .. } | OverlayError::PreferredSlotsTaken { .. }) => {
+                refused.fetch_add(1, Ordering::Relaxed);
+                let free = expected_slot(&g.bytes, &walk(&g.bytes), g.options.any_offset);
+                prop_assert_eq!(free, None, "refused, though this slot is free");
+                Ok(())
+            }
+            Err(e) => Err(TestCaseError::fail(format!(
+                "refused a valid config space: {e}"
+            ))),
+        }
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let (accepted, refused) = (accepted.into_inner(), refused.into_inner());
+    eprintln!("{accepted} accepted, {refused} refused");
+    assert!(
+        accepted > refused,
+        "the overlay accepted {accepted} of {} cases: too few to check anything",
+        accepted + refused
+    );
+}
+
+#[test]
+fn reads_of_any_width_and_alignment_equal_the_virtual_bytes() {
+    let windows = prop::collection::vec((0usize..4096, 1usize..=32), 1..32);
+    mostly_accepted(windows, |g, _, o, windows| {
         let mut v = g.bytes.clone();
         o.apply_to(&mut v);
         let slot = usize::from(o.placement().offset);
@@ -336,20 +388,21 @@ proptest! {
             let width = width.min(v.len() - start);
             let mut buf = vec![0u8; width];
             o.read(start as u64, &mut buf).unwrap();
-            prop_assert_eq!(&buf[..], &v[start..start + width], "read {} at {:#x}", width, start);
+            prop_assert_eq!(
+                &buf[..],
+                &v[start..start + width],
+                "read {} at {:#x}",
+                width,
+                start
+            );
         }
-    }
+        Ok(())
+    });
+}
 
-    #[test]
-    fn no_write_sequence_changes_the_owned_bytes(
-        g in config_space(),
-        c in 0u8..16,
-        ops in writes(),
-    ) {
-        let clique = Clique::new(c).unwrap();
-        let Ok(mut o) = ConfigOverlay::new(&g.bytes, clique, g.options) else {
-            return Ok(());
-        };
+#[test]
+fn no_write_sequence_changes_the_owned_bytes() {
+    mostly_accepted(writes(), |g, clique, mut o, ops| {
         let mut virt = g.bytes.clone();
         o.apply_to(&mut virt);
         let slot = usize::from(o.placement().offset);
@@ -385,5 +438,6 @@ proptest! {
         if o.placement().status_changed() {
             prop_assert_eq!(expect[0x06] & 0x10, 0x10);
         }
-    }
+        Ok(())
+    });
 }

@@ -56,11 +56,22 @@ fn nested_switches_mirror_depth_first() {
     );
     assert_eq!(g.root_complexes.len(), 2);
     assert_eq!(g.root_complexes[1].numa_node, Some(1));
-    // Chassis numbers are unique.
-    let mut ch: Vec<u8> = g.ports.iter().filter_map(|p| p.chassis).collect();
-    let n = ch.len();
-    ch.dedup();
-    assert_eq!(ch.len(), n);
+    // Chassis numbers are unique: QEMU refuses a second slot port with the
+    // chassis and slot of another (pcie_chassis_add_slot), and vp2p gives each
+    // slot port (root and downstream ports, which carry `chassis`; upstream
+    // ports do not) its own chassis. Above: 3 root and 3 downstream ports.
+    let ch: Vec<u8> = g.ports.iter().filter_map(|p| p.chassis).collect();
+    let slot_ports = kinds
+        .iter()
+        .filter(|k| matches!(k, RootPort | SwitchDownstream))
+        .count();
+    assert_eq!(
+        (ch.len(), slot_ports),
+        (6, 6),
+        "one chassis per slot port: {ch:?}"
+    );
+    let distinct: std::collections::BTreeSet<u8> = ch.iter().copied().collect();
+    assert_eq!(distinct.len(), ch.len(), "chassis numbers repeat: {ch:?}");
     // NCCL sees two nested switches: 03 and 07 PXB, 03 and 08 PHB, 81 SYS.
     let nccl = from_guest(&t, &g);
     let c = |a: &str, b: &str| nccl.nccl_class(bdf(a), bdf(b));

@@ -332,11 +332,33 @@ fn injected_cliques_reach_the_guest() {
             field("vendor"),
             "10de".to_string(),
         );
-        c.eq(
-            format!("setpci {short}: COMMAND={} accepted", field("wrote")),
-            field("read"),
-            field("wrote"),
+        // COMMAND: the script read it (`command`), wrote it back with INTx
+        // disable toggled (bit 10, 0x0400, which a function with an interrupt
+        // pin implements: PCI Local Bus 3.0, Command register) (`wrote`) and
+        // read it again (`read`). The read
+        // must be the read value with bit 10 flipped, computed here, so a
+        // missing key (the closure's "?") or a dropped write both fail.
+        let hex = |k: &str| u16::from_str_radix(&field(k), 16).ok();
+        let (command, wrote, read) = (hex("command"), hex("wrote"), hex("read"));
+        c.check(
+            format!("setpci {short}: command, wrote and read are 16-bit hex"),
+            command.is_some() && wrote.is_some() && read.is_some(),
+            || line.to_string(),
         );
+        if let Some(command) = command {
+            let toggled = Some(format!("{:04x}", command ^ 0x0400));
+            let shown = |v: Option<u16>| v.map(|v| format!("{v:04x}"));
+            c.eq(
+                format!("setpci {short}: wrote COMMAND={command:04x} ^ 0x0400"),
+                shown(wrote),
+                toggled.clone(),
+            );
+            c.eq(
+                format!("setpci {short}: COMMAND ^ 0x0400 accepted"),
+                shown(read),
+                toggled,
+            );
+        }
     }
     // The writes reached the server, which dropped them (QEMU did not filter them).
     for i in 0..GPUS.len() {

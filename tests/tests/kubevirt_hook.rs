@@ -168,6 +168,9 @@ fn annotations_set_the_level_and_the_mirrored_tree() {
     );
     let again = hook(&vmi(&[("vp2p.io/guest-topology", "mirror")]), &out);
     assert_eq!(again.stdout, out);
+    // nccl-topo off: the same mirrored tree and cliques, without the file. The
+    // error path also leaves no fw_cfg entry (it passes the domain unchanged,
+    // exit 0), so the tree and the cliques are what prove the patch happened.
     let off = hook(
         &vmi(&[
             ("vp2p.io/guest-topology", "mirror"),
@@ -175,7 +178,28 @@ fn annotations_set_the_level_and_the_mirrored_tree() {
         ]),
         &domain(),
     );
-    assert!(!off.stdout.contains("fwcfg"));
+    assert_eq!(off.code, Some(0), "{}", off.stderr);
+    assert!(!off.stderr.contains("unchanged"), "{}", off.stderr);
+    validate(&schema_form(&off.stdout)).unwrap_or_else(|e| panic!("{e}\n{}", off.stdout));
+    let w = DomainView::parse(&off.stdout);
+    assert_eq!(
+        w.chain("0000:41:00.0").0,
+        vec!["pcie-root-port", "pcie-expander-bus"],
+        "the mirrored tree"
+    );
+    assert_eq!(w.chain("0000:83:00.0").1, Some(1));
+    // boot.sh's table at PHB, as without the annotations.
+    assert_eq!(
+        cliques(&off.stdout),
+        hand(&[
+            ("0000:23:00.0", 0),
+            ("0000:24:00.0", 0),
+            ("0000:41:00.0", 1),
+            ("0000:83:00.0", 2)
+        ])
+    );
+    assert!(w.fw_cfg.is_empty(), "{:?}", w.fw_cfg);
+    assert!(!off.stdout.contains("fwcfg") && !off.stdout.contains("opt/vp2p"));
 }
 
 #[test]

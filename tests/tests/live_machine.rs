@@ -5,6 +5,7 @@ use p2p_host::snapshot::snapshot;
 use p2p_host::sysfs::{scan, SysfsRoot};
 use p2p_shared::report::TopoReport;
 use p2p_shared::GpuSelector;
+use p2p_tests::e2e::parse_lspci_hex;
 use p2p_tests::run;
 
 fn is_root() -> bool {
@@ -94,10 +95,50 @@ fn live_topo_runs_and_reports_every_function_class() {
             assert_eq!(*c, report.links[j][i], "matrix is symmetric");
         }
     }
-    let r = run("p2p-host", &["topo", "--json"]);
+    // Every function and its class, as lspci reads them (outside vp2p): each
+    // function that is not a PCI-to-PCI bridge (header type 1), in address
+    // order, with its 24-bit class code (config bytes 0x0b base, 0x0a sub,
+    // 0x09 programming interface).
+    let lspci = std::process::Command::new("lspci")
+        .args(["-D", "-n", "-x"])
+        .output()
+        .expect("lspci runs (pciutils, scripts/setup.sh installs it)");
+    assert!(lspci.status.success(), "lspci -Dnx failed");
+    let configs = parse_lspci_hex(&String::from_utf8_lossy(&lspci.stdout));
+    let want: Vec<(String, String)> = configs
+        .iter()
+        .filter(|(_, c)| c[0x0e] & 0x7f != 1)
+        .map(|(bdf, c)| {
+            let class = (u32::from(c[0x0b]) << 16) | (u32::from(c[0x0a]) << 8) | u32::from(c[0x09]);
+            (bdf.clone(), format!("{class:#08x}"))
+        })
+        .collect();
+    assert!(!want.is_empty(), "lspci lists no function");
+    let got: Vec<(String, String)> = report
+        .gpus
+        .iter()
+        .map(|g| (g.bdf.to_string(), g.class.clone()))
+        .collect();
+    assert_eq!(got, want, "the report's functions and classes vs lspci's");
+
+    // The binary, asked for the same functions, reports the same classes.
+    let list: Vec<&str> = want.iter().map(|(b, _)| b.as_str()).collect();
+    let r = run("p2p-host", &["topo", "--json", "--gpus", &list.join(",")]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["sysfs_root"], "/sys");
+    let got: Vec<(String, String)> = v["gpus"]
+        .as_array()
+        .expect("gpus")
+        .iter()
+        .map(|g| {
+            (
+                g["bdf"].as_str().unwrap().to_string(),
+                g["class"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "p2p-host topo --json --gpus ... vs lspci");
 }
 
 #[test]

@@ -65,6 +65,42 @@ fn qemu_parses_every_emitted_device() {
     assert!(qemu_accepts(&typo).unwrap_err().contains("not found"));
 }
 
+/// The capability's bytes, stated literally from QEMU's source: the comment
+/// above `get_nv_gpudirect_clique_id` in hw/vfio/pci-quirks.c, which
+/// documents what `vfio_add_nv_gpudirect_cap` (same file) writes:
+///
+/// ```text
+///  * +----------------+----------------+----------------+----------------+
+///  * | sig 7:0 ('P')  |  vndr len (8h) |    next (0h)   |   cap id (9h)  |
+///  * +----------------+----------------+----------------+----------------+
+///  * | rsvd 15:7(0h),id 6:3,ver 2:0(0h)|          sig 23:8 ('P2')        |
+///  * +---------------------------------+---------------------------------+
+/// ```
+///
+/// and the function's own writes after `pci_add_capability(pdev,
+/// PCI_CAP_ID_VNDR, pos, 8, errp)` (id 0x09, next 0): `8, 'P', '2', 'P',
+/// clique << 3, 0` at pos + 2 onwards. So, least significant byte first:
+/// DW0 = 'P' << 24 | 8 << 16 | 0 << 8 | 9 = 0x5008_0009, and DW1 = clique << 3
+/// in its upper half, 'P' << 8 | '2' = 0x5032 in its lower half.
+#[test]
+fn capability_bytes_are_the_ones_qemu_writes() {
+    use p2p_shared::{Clique, P2pCapability};
+    for clique in 0u8..16 {
+        let qemu = [0x09, 0x00, 0x08, 0x50, 0x32, 0x50, clique << 3, 0x00];
+        let ours = P2pCapability::new(Clique::new(clique).unwrap(), 0).encode();
+        assert_eq!(ours, qemu, "clique {clique}: vp2p's bytes vs QEMU's");
+        let dw1 = ((u32::from(clique) << 3) << 16) | 0x5032;
+        assert_eq!(
+            [
+                u32::from_le_bytes(ours[..4].try_into().unwrap()),
+                u32::from_le_bytes(ours[4..].try_into().unwrap())
+            ],
+            [0x5008_0009, dw1],
+            "clique {clique}: as the two dwords of QEMU's diagram"
+        );
+    }
+}
+
 /// Puts the emitted fragments where their comments say, in a minimal domain.
 fn domain_from_fragments(fragments: &str) -> String {
     let (devices, rest) = fragments

@@ -191,10 +191,45 @@ mod tests {
 
     #[test]
     fn power_on_state() {
-        let c = power_on(&gpu_like(), &BarLayout::default());
-        assert_eq!(c[0x04..0x06], [0, 0]);
-        assert_eq!(c[0x4a] & 1, 0, "MSI disabled");
-        assert_eq!(c[0xb3] & 0xc0, 0, "MSI-X disabled");
+        // A snapshot of a running function: D3hot, MSI on with 4 of its
+        // vectors enabled, MSI-X on and masked, BARs at host addresses, a ROM
+        // decoding, and a register without a BAR holding junk.
+        let mut captured = gpu_like();
+        captured[0x44] = 0x0b; // PMCSR: PowerState 11b (D3hot), No_Soft_Reset (bit 3)
+        captured[0x4a] = 0xa9; // MSI control: enable, MME 010b, MMC 100b, 64-bit
+        captured[0xb3] = 0xc0; // MSI-X control: enable, function mask
+        let bar = |c: &mut Vec<u8>, reg: usize, v: u32| {
+            c[0x10 + 4 * reg..0x14 + 4 * reg].copy_from_slice(&v.to_le_bytes())
+        };
+        bar(&mut captured, 0, 0xfb80_0000); // 32-bit memory, 16 MiB below
+        bar(&mut captured, 1, 0x0000_000c); // 64-bit prefetchable, 256 MiB below,
+        bar(&mut captured, 2, 0x0000_0010); // at 0x10_0000_0000
+        bar(&mut captured, 4, 0xdead_bee0); // no BAR here
+        captured[0x30..0x34].copy_from_slice(&0xfc00_0001_u32.to_le_bytes()); // ROM enabled
+        let sizes = [16 << 20, 256 << 20, 0, 0, 0, 0];
+        let (bars, _) = BarLayout::new(&captured, &sizes, None).unwrap();
+
+        let c = power_on(&captured, &bars);
+
+        // What a reset function shows, byte by byte, by the PCI Local Bus spec
+        // (command register, BARs, expansion ROM register), the PCI PM spec
+        // (PMCSR) and the PCIe spec (MSI and MSI-X message control); every
+        // other byte as captured.
+        let mut want = captured.clone();
+        // Command: nothing decodes, no bus mastering.
+        want[0x04..0x06].copy_from_slice(&[0, 0]);
+        // BAR0: a 16 MiB BAR hardwires address bits 23:0 to 0, so 0xfb80_0000 reads 0xfb00_0000.
+        want[0x10..0x14].copy_from_slice(&0xfb00_0000_u32.to_le_bytes());
+        // BAR1/2: aligned to 256 MiB, type bits 64-bit prefetchable (0xc): unchanged.
+        want[0x20..0x24].copy_from_slice(&[0; 4]); // BAR4: unimplemented, reads 0
+        want[0x30..0x34].copy_from_slice(&[0; 4]); // no ROM: the register reads 0
+        want[0x44] = 0x08; // PowerState D0 (00b); No_Soft_Reset is read-only and stays
+        want[0x4a] = 0x88; // MSI enable and MME cleared; MMC and 64-bit stay
+        want[0xb3] = 0x00; // MSI-X enable and function mask cleared
+        assert_eq!(c[0x44] & 0x03, 0, "power state D0");
+        assert_eq!(c[0x10..0x28], want[0x10..0x28], "BAR registers");
+        assert_eq!(c[0x30..0x34], [0; 4], "ROM register");
+        assert_eq!(c, want);
     }
 
     #[test]
