@@ -284,6 +284,15 @@ fn both_packages_install_work_and_leave_nothing_behind() {
     assert!(c.failed.is_empty(), "{}", c.summary());
 }
 
+/// The values a boot report gave under `key`, a line each.
+fn report_text(report: &[(String, String)], key: &str) -> String {
+    report
+        .iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| format!("{v}\n"))
+        .collect()
+}
+
 /// The `busid`s of every `<pci>` in an NCCL topology file.
 fn busids(xml: &str) -> std::collections::BTreeSet<String> {
     let doc = roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("{e}:\n{xml}"));
@@ -423,17 +432,9 @@ fn the_guest_units_put_the_file_in_place_at_boot_and_a_mismatch_does_not_block_b
             prop("multi-user.target", "ActiveState"),
             "active".into(),
         );
-        let xml: String = report
-            .iter()
-            .filter(|(k, _)| k == "xml")
-            .map(|(_, v)| format!("{v}\n"))
-            .collect();
+        let xml = report_text(&report, "xml");
         let present = report.iter().any(|(k, v)| k == "file" && v == "present");
-        let journal: String = report
-            .iter()
-            .filter(|(k, _)| k == "journal")
-            .map(|(_, v)| format!("{v}\n"))
-            .collect();
+        let journal = report_text(&report, "journal");
         let t = |unit: &str| {
             prop(unit, "ActiveEnterTimestampMonotonic")
                 .parse::<u64>()
@@ -488,11 +489,7 @@ fn the_guest_units_put_the_file_in_place_at_boot_and_a_mismatch_does_not_block_b
                     prop(m, "NRestarts"),
                     "0".into(),
                 );
-                let mj: String = report
-                    .iter()
-                    .filter(|(k, _)| *k == format!("journal-{m}"))
-                    .map(|(_, v)| format!("{v}\n"))
-                    .collect();
+                let mj = report_text(&report, &format!("journal-{m}"));
                 c.check(
                     format!("{m}: the journal names the file"),
                     mj.contains("/etc/vp2p/serve/missing.conf: No such file or directory"),
@@ -504,11 +501,7 @@ fn the_guest_units_put_the_file_in_place_at_boot_and_a_mismatch_does_not_block_b
                     prop(v, "ActiveState"),
                     "active".into(),
                 );
-                let vj: String = report
-                    .iter()
-                    .filter(|(k, _)| *k == format!("journal-{v}"))
-                    .map(|(_, v)| format!("{v}\n"))
-                    .collect();
+                let vj = report_text(&report, &format!("journal-{v}"));
                 c.check(
                     format!("{v}: serving"),
                     vj.contains("p2p-host serve: ready: 1 GPU(s)"),
