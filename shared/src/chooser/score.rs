@@ -12,7 +12,7 @@ use crate::topology::Topology;
 use super::{fm::FmPartition, pair_class};
 
 /// Above this many enumerated sets, candidates come from greedy growth instead.
-const EXHAUSTIVE_LIMIT: usize = 2048;
+const EXHAUSTIVE_LIMIT: usize = 256;
 
 /// Pair classes among the free GPUs, and from every free NIC to them.
 pub(super) struct Matrix {
