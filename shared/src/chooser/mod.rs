@@ -19,6 +19,7 @@
 
 mod fm;
 mod score;
+mod text;
 
 use std::collections::{BTreeMap, BTreeSet};
 
