@@ -217,28 +217,41 @@ fn plan_json(tree: &str, args: &[&str]) -> Value {
 fn plan_two_vms_by_count_on_the_captured_trees() {
     // The done-when: each VM one clique where the tree allows it, groups whole
     // (the plan's IOMMU check refuses a split group), the second VM not taking
-    // the first's clique. Sets as worked out above.
-    for (name, want) in [
+    // the first's clique. Sets as worked out above; the vfio-user tree has the
+    // two-socket shape with NVIDIA ids (23, 24 PIX and 25 PHB under pci0000:20,
+    // 41 on pci0000:40, 83 and 84 PIX on node 1), so the same two pairs.
+    let pairs = |a: [&'static str; 2], b: [&'static str; 2]| vec![a.to_vec(), b.to_vec()];
+    let cases: [(&str, &[&str], Vec<Vec<&str>>); 3] = [
         (
             "qemu-11.1-two-socket-iommu-on",
-            [
+            &["--gpu-class", "0108"],
+            pairs(
                 ["0000:83:00.0", "0000:84:00.0"],
                 ["0000:23:00.0", "0000:24:00.0"],
-            ],
+            ),
         ),
         (
             "qemu-11.1-nested-switch-iommu-on",
-            [
+            &["--gpu-class", "0108"],
+            pairs(
                 ["0000:25:00.0", "0000:26:00.0"],
                 ["0000:27:00.0", "0000:28:00.0"],
-            ],
+            ),
         ),
-    ] {
+        (
+            "qemu-11.1-vfio-user-gpus",
+            &["--no-nvml"],
+            pairs(
+                ["0000:83:00.0", "0000:84:00.0"],
+                ["0000:23:00.0", "0000:24:00.0"],
+            ),
+        ),
+    ];
+    for (name, extra, want) in cases {
         let tree = fixture_dir(name).join("sysfs");
-        let doc = plan_json(
-            tree.to_str().unwrap(),
-            &["--gpu-class", "0108", "--vm", "a=2", "--vm", "b=2"],
-        );
+        let mut args = extra.to_vec();
+        args.extend(["--vm", "a=2", "--vm", "b=2"]);
+        let doc = plan_json(tree.to_str().unwrap(), &args);
         for (i, vm) in doc["vms"].as_array().unwrap().iter().enumerate() {
             let got: Vec<&str> = vm["assignments"]
                 .as_array()
@@ -251,6 +264,18 @@ fn plan_two_vms_by_count_on_the_captured_trees() {
         }
         assert_eq!(doc["choices"].as_array().unwrap().len(), 2);
     }
+}
+
+#[test]
+fn h200x2_both_gpus_with_their_nvlink() {
+    // Two H200s, NV18 by the operator map: a request for two takes both.
+    let dir = unpack_fixture("h200x2-passthrough-guest");
+    let map = fixture_dir("h200x2-passthrough-guest").join("nvlink.json");
+    let t = load(&dir.path().join("sysfs"), &GpuSelector::Nvidia, Some(&map));
+    let all = gpus(&t, &GpuSelector::Nvidia);
+    let c = choose(&t, &GpuSelector::Nvidia, &all, &req(2), None).unwrap();
+    assert_eq!(c.gpus, bdfs(&["0000:00:06.0", "0000:00:07.0"]));
+    assert_eq!(c.worst_class, PathClass::Nv(Some(18)));
 }
 
 #[test]

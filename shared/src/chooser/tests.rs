@@ -257,3 +257,50 @@ fn fm_partitions_restrict_to_whole_free_partitions() {
         Err(ChooseError::NoPartition { wanted: 3, .. })
     ));
 }
+
+#[test]
+fn the_nic_under_the_same_switch_comes_with_the_pair() {
+    // Add an RDMA NIC below each switch: 06:00.0 under A (port 02:03.0) and
+    // 14:00.0 under B (port 11:02.0). Two GPUs + one NIC: the pair is 12+13
+    // (as without NICs), and 14:00.0 is PIX to them, 06:00.0 PHB.
+    let mut t = two_switches();
+    use PciePortType::*;
+    for (down, up, nic, grp) in [
+        ("02:03.0", "01:00.0", "06:00.0", 50),
+        ("11:02.0", "10:00.0", "14:00.0", 51),
+    ] {
+        t.functions.push(func(
+            down,
+            Some(up),
+            0x060400,
+            Some(SwitchDownstream),
+            Some(grp + 10),
+        ));
+        let mut f = func(nic, Some(down), 0x020000, Some(Endpoint), Some(grp));
+        f.vendor = 0x15b3;
+        f.rdma_devices = vec![format!("mlx5_{grp}")];
+        t.functions.push(f);
+    }
+    t.sort();
+    let mut free = all_gpus(&t);
+    free.extend([b("06:00.0"), b("14:00.0")]);
+    let mut r = req(2);
+    r.nics = 1;
+    let c = choose(&t, &GpuSelector::Nvidia, &free, &r, None).unwrap();
+    assert_eq!(c.gpus, vec![b("12:00.0"), b("13:00.0")]);
+    assert_eq!(c.nics, vec![b("14:00.0")]);
+    let nic = c
+        .devices
+        .iter()
+        .find(|d| d.role == ChosenRole::Nic)
+        .unwrap();
+    assert!(nic.reason.contains("PIX"), "{}", nic.reason);
+    r.nics = 3;
+    assert_eq!(
+        choose(&t, &GpuSelector::Nvidia, &free, &r, None).unwrap_err(),
+        ChooseError::NotEnoughNics {
+            wanted: 3,
+            available: 2
+        }
+    );
+}
