@@ -345,3 +345,76 @@ fn allocate_answers_and_refuses_with_exit_2() {
         assert!(r.stderr.contains(want), "{}", r.stderr);
     }
 }
+
+#[test]
+fn fm_partitions_on_the_h200x4_tree() {
+    // A partition list in fmpm -l's shape for the four H200s: partition 0 all
+    // four, 1 = 06+07, 2 = 08+09. With 2 active (in use), two GPUs can only be
+    // partition 1, and four none: partition 0 holds 08 and 09, in use by 2.
+    // With nothing active, four is partition 0.
+    let dir = unpack_fixture("h200x4-passthrough-guest");
+    let map = fixture_dir("h200x4-passthrough-guest").join("nvlink.json");
+    let gpu = |slot: u8| {
+        serde_json::json!({"physicalId": slot, "uuid": format!("GPU-{slot}"),
+            "pciBusId": format!("00000000:00:{slot:02X}.0"), "numNvLinksAvailable": 18,
+            "maxNumNvLinks": 18, "nvlinkLineRateMBps": 50000})
+    };
+    let part = |id: u32, active: u32, slots: &[u8]| {
+        serde_json::json!({"partitionId": id, "isActive": active, "numGpus": slots.len(),
+            "gpuInfo": slots.iter().map(|s| gpu(*s)).collect::<Vec<_>>()})
+    };
+    let list = serde_json::json!({"version": 16777240, "numPartitions": 3, "maxNumPartitions": 31,
+        "partitionInfo": [part(0, 0, &[6, 7, 8, 9]), part(1, 0, &[6, 7]), part(2, 1, &[8, 9])]});
+    let file = dir.path().join("fmpm-l.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&list).unwrap()).unwrap();
+    let sysfs = dir.path().join("sysfs");
+    let base = [
+        "allocate",
+        "--sysfs-root",
+        sysfs.to_str().unwrap(),
+        "--nvlink",
+        map.to_str().unwrap(),
+        "--fm-partitions",
+        file.to_str().unwrap(),
+        "--available",
+        "0000:00:06.0,0000:00:07.0,0000:00:08.0,0000:00:09.0",
+        "--json",
+    ];
+    let answer = |size: &str| {
+        let mut args = base.to_vec();
+        args.extend(["--size", size]);
+        run("p2p-host", &args)
+    };
+    let r = answer("2");
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        doc["devices"],
+        serde_json::json!(["0000:00:06.0", "0000:00:07.0"])
+    );
+    assert_eq!(doc["choice"]["fm_partition"], 1);
+    let r = answer("4");
+    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("no Fabric Manager partition of 4 GPUs"),
+        "{}",
+        r.stderr
+    );
+    let idle = serde_json::json!({"version": 16777240, "numPartitions": 3, "maxNumPartitions": 31,
+        "partitionInfo": [part(0, 0, &[6, 7, 8, 9]), part(1, 0, &[6, 7]), part(2, 0, &[8, 9])]});
+    std::fs::write(&file, serde_json::to_string_pretty(&idle).unwrap()).unwrap();
+    let r = answer("4");
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(doc["choice"]["fm_partition"], 0);
+    assert_eq!(doc["devices"].as_array().unwrap().len(), 4);
+    let mut args = base.to_vec();
+    args.extend(["--size", "3"]);
+    let r = run("p2p-host", &args);
+    assert_eq!(r.code, Some(2));
+    assert!(
+        r.stderr.contains("no Fabric Manager partition of 3 GPUs"),
+        "{}",
+        r.stderr
+    );
+}

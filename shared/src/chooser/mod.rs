@@ -233,9 +233,16 @@ pub fn choose(
     let must: BTreeSet<Bdf> = req.must_include.iter().copied().collect();
     let sets: Vec<Vec<Bdf>> = match partitions {
         Some(parts) => {
+            // A GPU of an activated partition is in use, whatever `available` says.
+            let busy: BTreeSet<Bdf> = parts
+                .iter()
+                .filter(|p| p.active)
+                .flat_map(|p| p.gpus.iter().copied())
+                .collect();
             let sets: Vec<Vec<Bdf>> = parts
                 .iter()
                 .filter(|p| !p.active && p.gpus.len() == req.gpus)
+                .filter(|p| p.gpus.iter().all(|g| !busy.contains(g)))
                 .filter(|p| p.gpus.iter().all(|g| gpu_list.contains(g)))
                 .filter(|p| must.iter().all(|m| p.gpus.contains(m)))
                 .map(|p| p.gpus.iter().copied().collect::<BTreeSet<_>>())
