@@ -221,7 +221,12 @@ fn plan_two_vms_by_count_on_the_captured_trees() {
     // two-socket shape with NVIDIA ids (23, 24 PIX and 25 PHB under pci0000:20,
     // 41 on pci0000:40, 83 and 84 PIX on node 1), so the same two pairs.
     let pairs = |a: [&'static str; 2], b: [&'static str; 2]| vec![a.to_vec(), b.to_vec()];
-    let cases: [(&str, &[&str], Vec<Vec<&str>>); 3] = [
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        Vec<Vec<&'static str>>,
+    );
+    let cases: [Case; 3] = [
         (
             "qemu-11.1-two-socket-iommu-on",
             &["--gpu-class", "0108"],
