@@ -24,10 +24,16 @@ fn main() {
 
 /// 78 (EX_CONFIG of sysexits.h) when a configuration file is missing or
 /// malformed, so a service manager can tell it from a failure worth a
-/// restart; 1 otherwise.
+/// restart; 2 when the chooser refuses the request (unknown ids, too large,
+/// must-include not available, no clique with --strict); 1 otherwise.
 fn exit_status(e: &anyhow::Error) -> i32 {
     if e.chain().any(|c| c.is::<p2p_host::serve::SpecFileError>()) {
         78
+    } else if e
+        .chain()
+        .any(|c| c.is::<p2p_shared::chooser::ChooseError>())
+    {
+        2
     } else {
         1
     }

@@ -8,6 +8,7 @@
 pub mod bdf;
 pub mod capability;
 pub mod check;
+pub mod chooser;
 pub mod classify;
 #[cfg(feature = "cli")]
 pub mod cli_assets;

@@ -58,7 +58,7 @@ fn plan_names_the_real_mistake() {
 /// the value and what is wrong with it (exit 2, clap's usage error).
 #[test]
 fn vm_values_say_what_is_wrong() {
-    let cases: [(&str, &str); 4] = [
+    let cases: [(&str, &str); 6] = [
         ("a", "'a': want NAME=BDF,BDF,..."),
         ("a=", "VM a: no devices after '='"),
         // A Proxmox-style slot without the function is not one function.
@@ -67,6 +67,9 @@ fn vm_values_say_what_is_wrong() {
             "VM a: '0000:24:00' is not a PCI address (want DDDD:BB:DD.F or BB:DD.F): missing '.F'",
         ),
         ("a b=0000:23:00.0", "'a b': a VM name is letters, digits"),
+        // The count form: at least one GPU, and only nics= after the colon.
+        ("a=0", "VM a: want NAME=COUNT or NAME=COUNT:nics=M"),
+        ("a=2:gpus=1", "VM a: want NAME=COUNT or NAME=COUNT:nics=M"),
     ];
     for (value, needle) in cases {
         let r = run(
@@ -76,7 +79,7 @@ fn vm_values_say_what_is_wrong() {
         assert_eq!(r.code, Some(2), "{value}: {}", r.stderr);
         assert!(
             r.stderr.contains(&format!(
-                "invalid value '{value}' for '--vm <NAME=BDF,...>'"
+                "invalid value '{value}' for '--vm <NAME=BDF,...|NAME=COUNT[:nics=M]>'"
             )),
             "{value}: {}",
             r.stderr

@@ -9,7 +9,9 @@ use p2p_tests::ch_server::FakeCloudHypervisor;
 use p2p_tests::schemas::{path, validate};
 use p2p_tests::{fixture_dir, repo_root, run, unpack_fixture};
 
-const HOST: [&str; 6] = ["topo", "plan", "inject", "snapshot", "apply", "check"];
+const HOST: [&str; 7] = [
+    "topo", "plan", "inject", "snapshot", "apply", "allocate", "check",
+];
 const GUEST: [&str; 5] = ["probe", "bench", "compare", "nccl-topo", "tune"];
 
 fn json_of(bin: &str, args: &[&str]) -> Value {
@@ -87,6 +89,40 @@ fn host_documents_validate() {
     );
     check("plan", &plan);
     assert_eq!(plan["guests"][0]["root_complexes"][0]["bus_nr"], "0x20");
+    // Chosen by count: the plan carries the chooser's answers.
+    let chosen = json_of(
+        "p2p-host",
+        &[
+            "plan",
+            "--json",
+            "--gpu-class",
+            "0108",
+            "--vm",
+            "a=2",
+            "--vm",
+            "b=2",
+            "--sysfs-root",
+            two,
+        ],
+    );
+    check("plan", &chosen);
+    let allocate = json_of(
+        "p2p-host",
+        &[
+            "allocate",
+            "--json",
+            "--gpu-class",
+            "0108",
+            "--size",
+            "2",
+            "--sysfs-root",
+            two,
+            "--available",
+            "0000:23:00.0,0000:24:00.0,0000:26:00.0",
+        ],
+    );
+    check("allocate", &allocate);
+    assert_eq!(allocate["schema"], "vp2p.allocate/1");
 
     let h200 = unpack_fixture("h200x2-passthrough-guest");
     let cfg = h200

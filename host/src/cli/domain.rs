@@ -80,6 +80,7 @@ pub fn patch(
         name: domain.name.clone(),
         gpus: devices,
         nics: Vec::new(),
+        count: None,
     };
     let report = args
         .plan_vms(&tree, &topo, &selector, &[spec])

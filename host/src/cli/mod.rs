@@ -1,8 +1,10 @@
 //! Command-line front end: argument types and one module per subcommand.
 
+mod allocate;
 mod apply;
 mod assets;
 mod check;
+mod choose;
 mod domain;
 mod inject;
 mod kubevirt;
@@ -45,6 +47,10 @@ enum Command {
     /// routes, BARs, peer mapping, KVM, NUMA) as PASS/WARN/FAIL with the
     /// evidence and the fix. Reads only. Exit 0 all pass, 1 a FAIL, 2 WARNs.
     Check(check::CheckArgs),
+    /// Choose N GPUs among the available ones (the kubelet's
+    /// GetPreferredAllocation): one clique, IOMMU groups whole, least
+    /// fragmentation; the chosen ids in order, with reasons.
+    Allocate(allocate::AllocateArgs),
     /// Hooks for orchestrators: `kubevirt on-define-domain` patches the domain
     /// KubeVirt's virt-launcher defines (run by its sidecar-shim).
     Kubevirt(kubevirt::KubevirtArgs),
@@ -77,6 +83,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Snapshot(a) => snapshot::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Apply(a) => apply::run(a),
+        Command::Allocate(a) => allocate::run(a),
         Command::Kubevirt(a) => kubevirt::run(a),
         Command::Check(a) => check::run(a),
         Command::Inject(a) => inject::run(a),

@@ -17,7 +17,8 @@ use p2p_shared::{Bdf, GpuSelector, PathClass, Role, Topology};
 use super::domain::NcclChoice;
 use super::select::TopologyArgs;
 
-/// `NAME=BDF,BDF,...`: the GPUs (and RDMA NICs) given to one VM.
+/// `NAME=BDF,BDF,...`: the GPUs (and RDMA NICs) given to one VM; or
+/// `NAME=COUNT[:nics=M]`: how many the chooser picks for it.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
     /// The VM's name (letters, digits, '-', '_' and '.').
@@ -26,6 +27,17 @@ pub struct VmSpec {
     pub gpus: Vec<Bdf>,
     /// RDMA NICs, sorted out of the list by [`vm_specs`].
     pub nics: Vec<Bdf>,
+    /// `NAME=COUNT[:nics=M]`: GPUs and NICs to choose; None when addresses were given.
+    pub count: Option<VmCount>,
+}
+
+/// How many GPUs and RDMA NICs the chooser picks for a VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmCount {
+    /// GPUs, at least 1.
+    pub gpus: usize,
+    /// RDMA NICs, 0 for none.
+    pub nics: usize,
 }
 
 /// Why a `--vm NAME=BDF,...` value was refused.
@@ -40,6 +52,9 @@ pub enum VmSpecError {
     /// Nothing after the '='.
     #[error("VM {0}: no devices after '=' (want NAME=BDF,BDF,...)")]
     NoDevices(String),
+    /// A count form with a bad count (`NAME=0`, `NAME=2:nics=x`).
+    #[error("VM {0}: want NAME=COUNT or NAME=COUNT:nics=M with COUNT at least 1 and M a number")]
+    BadCount(String),
     /// One item of the list is not a PCI address.
     #[error("VM {vm}: {source}")]
     BadAddress {
@@ -63,6 +78,14 @@ impl FromStr for VmSpec {
         if list.trim().is_empty() {
             return Err(VmSpecError::NoDevices(name.to_string()));
         }
+        if let Some(count) = parse_count(name, list.trim())? {
+            return Ok(VmSpec {
+                name: name.to_string(),
+                gpus: Vec::new(),
+                nics: Vec::new(),
+                count: Some(count),
+            });
+        }
         let gpus = list
             .split(',')
             .map(|b| {
@@ -78,8 +101,29 @@ impl FromStr for VmSpec {
             name: name.to_string(),
             gpus,
             nics: Vec::new(),
+            count: None,
         })
     }
+}
+
+/// `COUNT` or `COUNT:nics=M`; None when `list` is a device list (it has a '.').
+fn parse_count(name: &str, list: &str) -> Result<Option<VmCount>, VmSpecError> {
+    if list.contains('.') || !list.starts_with(|c: char| c.is_ascii_digit()) {
+        return Ok(None);
+    }
+    let bad = || VmSpecError::BadCount(name.to_string());
+    let (gpus, nics) = match list.split_once(':') {
+        Some((g, rest)) => {
+            let m = rest.strip_prefix("nics=").ok_or_else(bad)?;
+            (g, m.parse::<usize>().map_err(|_| bad())?)
+        }
+        None => (list, 0),
+    };
+    let gpus = gpus.parse::<usize>().map_err(|_| bad())?;
+    if gpus == 0 {
+        return Err(bad());
+    }
+    Ok(Some(VmCount { gpus, nics }))
 }
 
 pub(super) fn parse_level(s: &str) -> Result<MaxLevel, String> {
@@ -97,10 +141,23 @@ pub struct PlanArgs {
     /// Farthest PCIe class that still shares a clique: pix, pxb, phb, node or sys.
     #[arg(long, value_name = "LEVEL", default_value = "phb", value_parser = parse_level)]
     pub max_level: MaxLevel,
-    /// A VM and its GPUs and RDMA NICs, NAME=BDF,BDF,... (repeat for several
-    /// VMs). Default: one VM "vm0" with every GPU.
-    #[arg(long = "vm", value_name = "NAME=BDF,...")]
+    /// A VM and its GPUs and RDMA NICs, NAME=BDF,BDF,..., or NAME=COUNT[:nics=M]
+    /// to have the chooser pick them (repeat for several VMs, chosen in order).
+    /// Default: one VM "vm0" with every GPU.
+    #[arg(long = "vm", value_name = "NAME=BDF,...|NAME=COUNT[:nics=M]")]
     pub vms: Vec<VmSpec>,
+    /// With NAME=COUNT: the GPUs and RDMA NICs the chooser may take. Default:
+    /// every GPU and RDMA NIC not given to a VM by address.
+    #[arg(long, value_name = "BDF,...", value_delimiter = ',')]
+    pub available: Vec<Bdf>,
+    /// With NAME=COUNT: Fabric Manager's partition list (`fmpm -l` output,
+    /// shared NVSwitch model); only whole, inactive partitions are chosen.
+    #[arg(long, value_name = "FILE")]
+    pub fm_partitions: Option<PathBuf>,
+    /// With NAME=COUNT: refuse when no set of the size is one clique, instead
+    /// of taking the nearest set.
+    #[arg(long)]
+    pub strict: bool,
     /// Guest PCIe layout: flat (every device on pcie.0) or mirror (the host's
     /// root complexes, root ports and switches; QEMU and libvirt).
     #[arg(
@@ -190,7 +247,8 @@ impl PlanArgs {
         selector: &GpuSelector,
         vms: &[VmSpec],
     ) -> anyhow::Result<PlanReport> {
-        let specs = vm_specs(vms, topo, selector)?;
+        let (resolved, choices) = super::choose::resolve(self, topo, selector, vms)?;
+        let specs = vm_specs(&resolved, topo, selector)?;
         let layout = GuestLayout::from(self.guest_topology);
         let mut plans = Vec::new();
         let mut guests = Vec::new();
@@ -210,14 +268,9 @@ impl PlanArgs {
             .map(|(s, d)| (s.name.as_str(), d.as_slice()))
             .collect();
         let groups = p2p_shared::iommu_groups::check(topo, &vm_devices)?;
-        Ok(PlanReport::new(
-            source,
-            self.max_level,
-            plans,
-            layout,
-            guests,
-            groups,
-        ))
+        let mut report = PlanReport::new(source, self.max_level, plans, layout, guests, groups);
+        report.choices = choices;
+        Ok(report)
     }
 }
 
@@ -241,6 +294,7 @@ pub(super) fn vm_specs(
             name: "vm0".into(),
             gpus: all,
             nics: Vec::new(),
+            count: None,
         }]);
     }
     let mut owner: BTreeMap<Bdf, &str> = BTreeMap::new();
@@ -251,10 +305,17 @@ pub(super) fn vm_specs(
             bail!("VM {} is named twice", spec.name);
         }
         names.push(&spec.name);
+        if spec.count.is_some() {
+            bail!(
+                "VM {}: NAME=COUNT is for `p2p-host plan`; give the addresses (NAME=BDF,...)",
+                spec.name
+            );
+        }
         let mut sorted = VmSpec {
             name: spec.name.clone(),
             gpus: Vec::new(),
             nics: Vec::new(),
+            count: None,
         };
         for g in &spec.gpus {
             let Some(f) = topo.function(*g) else {

@@ -7,12 +7,13 @@ use schemars::schema_for;
 
 use p2p_shared::report::{PlanReport, TopoReport};
 
+use super::allocate::AllocateReport;
 use super::apply::ApplyReport;
 use super::inject::InjectReport;
 
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// The document: topo, plan, inject, snapshot, apply or check. Without it, the list.
+    /// The document: topo, plan, inject, snapshot, apply, allocate or check. Without it, the list.
     name: Option<String>,
 }
 
@@ -32,6 +33,7 @@ pub fn documents() -> Vec<Document> {
             schema_for!(p2p_host::snapshot::SnapshotSummary),
         ),
         ("apply", "vp2p.apply/1", schema_for!(ApplyReport<'static>)),
+        ("allocate", "vp2p.allocate/1", schema_for!(AllocateReport)),
         (
             "check",
             "vp2p.check/1",

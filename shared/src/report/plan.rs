@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 
 use super::table::Table;
+use crate::chooser::Choice;
 use crate::clique::{CliquePlan, MaxLevel};
 use crate::guest_layout::{GuestLayout, GuestTopology};
 use crate::iommu_groups::GroupUse;
@@ -34,6 +35,22 @@ pub struct PlanReport {
     /// The IOMMU groups the VMs' devices sit in, with what else they hold.
     #[serde(default)]
     pub iommu_groups: Vec<GroupUse>,
+    /// For VMs given as NAME=COUNT: what the chooser picked and why, in VM order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub choices: Vec<VmChoice>,
+}
+
+/// What the chooser picked for one VM given as `NAME=COUNT[:nics=M]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VmChoice {
+    /// The VM's name.
+    pub vm: String,
+    /// GPUs asked for.
+    pub gpus: usize,
+    /// RDMA NICs asked for.
+    pub nics: usize,
+    /// The chooser's answer.
+    pub choice: Choice,
 }
 
 impl PlanReport {
@@ -54,6 +71,7 @@ impl PlanReport {
             guest_topology,
             guests,
             iommu_groups,
+            choices: Vec::new(),
         }
     }
 
@@ -95,6 +113,10 @@ impl PlanReport {
                     ]);
                 }
                 out.push_str(&t.render());
+            }
+            if let Some(c) = self.choices.iter().find(|c| c.vm == vm.vm) {
+                out.push('\n');
+                out.push_str(&c.choice.render_text());
             }
             if let Some(g) = self.guests.get(i) {
                 out.push('\n');
