@@ -137,7 +137,7 @@ fn device_items(
     } else {
         item(&scope, "max-read-request", Verdict::Warn,
             format!("{} B (Device Control bits 14:12): reads split into more requests, each waiting for its completions", dc.max_read_request),
-            Some(format!("setpci -s {dev} CAP_EXP+8.w=5000:7000 (4096 B; NVIDIA recommends it for ConnectX)")))
+            Some(format!("setpci -s {dev} CAP_EXP+8.w=5000:7000 (bits 14:12 = 5, 4096 B)")))
     });
     link_items(topo, facts, dev, &scope, out);
 }
