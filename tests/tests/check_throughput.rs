@@ -51,7 +51,10 @@ fn check(root: &Path, vm: &str) -> (Items, Option<i32>) {
         .iter()
         .map(|i| {
             let s = |k: &str| i[k].as_str().unwrap_or_default().to_string();
-            ((s("scope"), s("check")), (s("verdict"), s("evidence"), s("fix")))
+            (
+                (s("scope"), s("check")),
+                (s("verdict"), s("evidence"), s("fix")),
+            )
         })
         .collect();
     (items, r.code)
@@ -154,7 +157,10 @@ fn the_captured_tree_costs_relaxed_ordering_read_requests_and_untranslated_switc
         assert_eq!(verdict(&m, gpu, "link-speed"), "pass");
     }
     // Every function on the path has Device Control bits 7:5 = 0: 128 B.
-    assert_eq!(verdict(&m, &format!("{GPU0} {GPU1}"), "max-payload"), "pass");
+    assert_eq!(
+        verdict(&m, &format!("{GPU0} {GPU1}"), "max-payload"),
+        "pass"
+    );
     // Switch B's ports have no ACS, the NVMes no ATS, the IOMMU is on.
     let (v, e, _) = get(&m, &format!("{GPU0} {GPU1}"), "peer-path");
     assert_eq!(v, "warn");
@@ -169,7 +175,11 @@ fn edited_bits_turn_each_item_both_ways() {
     assert_eq!(verdict(&m, GPU0, "relaxed-ordering"), "pass");
     assert_eq!(verdict(&m, GPU0, "max-read-request"), "pass");
     assert_eq!(verdict(&m, GPU1, "relaxed-ordering"), "pass");
-    assert_eq!(verdict(&m, GPU1, "max-read-request"), "warn", "bits 14:12 = 0");
+    assert_eq!(
+        verdict(&m, GPU1, "max-read-request"),
+        "warn",
+        "bits 14:12 = 0"
+    );
     assert_eq!(verdict(&m, GPU2, "relaxed-ordering"), "warn", "untouched");
     // 256 B at gpu1, 128 B at every bridge and gpu0: capped at 128.
     let (v, e, fix) = get(&m, &format!("{GPU0} {GPU1}"), "max-payload");
@@ -182,7 +192,10 @@ fn edited_bits_turn_each_item_both_ways() {
     // No ACS on switch B: the pair turns there, translated by ATS.
     let (v, e, _) = get(&m, &format!("{GPU0} {GPU1}"), "peer-path");
     assert_eq!(v, "pass");
-    assert!(e.starts_with("direct through the switch at 0000:23:00.0"), "{e}");
+    assert!(
+        e.starts_with("direct through the switch at 0000:23:00.0"),
+        "{e}"
+    );
     assert_eq!(
         verdict(&m, &format!("{GPU0} {GPU2}"), "peer-path"),
         "warn",
@@ -226,4 +239,37 @@ fn without_an_iommu_nothing_is_translated() {
     let (v, e, _) = get(&m, "0000:23:00.0 0000:24:00.0", "peer-path");
     assert_eq!(v, "pass");
     assert!(e.starts_with("not translated"), "{e}");
+}
+
+#[test]
+fn topo_route_column_tells_direct_translated_apart() {
+    let tree = copy_tree();
+    let sysfs = tree.path().join("sysfs");
+    let topo = || {
+        let r = run(
+            "p2p-host",
+            &[
+                "topo",
+                "--sysfs-root",
+                sysfs.to_str().unwrap(),
+                "--gpu-class",
+                "0108",
+            ],
+        );
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        r.stdout
+    };
+    // Edit 7 with ACS Control 0x1d: P2P Request Redirect (bit 2) on, Direct
+    // Translated P2P (bit 6) off on both ports below 23:00.0.
+    edit_acs(tree.path(), [0x1d, 0x1d]);
+    let out = topo();
+    assert!(
+        out.contains("ACS ReqRedir on 0000:24:00.0,0000:24:01.0"),
+        "{out}"
+    );
+    assert!(out.contains("(DirectTrans off)"), "{out}");
+    // 0x5d: bit 6 on as well.
+    edit_acs(tree.path(), [0x5d, 0x5d]);
+    let out = topo();
+    assert!(out.contains("ACS ReqRedir+DirectTrans on"), "{out}");
 }
