@@ -257,6 +257,7 @@ fn report_format_probe_json_parses_and_says_nvlink_enable() {
         config_len: g.config_len,
         capability: g.capability.clone(),
         bts: g.bts,
+        pcie: g.pcie.clone(),
     };
     let (a, b) = (guest(&p.gpus[0]), guest(&p.gpus[1]));
     assert!(
