@@ -75,8 +75,10 @@ fn gts(v: f32) -> String {
 
 /// The links on a device's way to the root complex: (lower end, upper end).
 /// A link joins an endpoint or a switch's upstream port to the root port or
-/// downstream port above it; the hop inside a switch is no link.
-fn links_up(topo: &Topology, dev: Bdf) -> Vec<(Bdf, Bdf)> {
+/// downstream port above it; the hop inside a switch is no link. A device on
+/// the root bus (as in a VM's flat bus) has its own link, whose other end
+/// the tree does not hold.
+fn links_up(topo: &Topology, dev: Bdf) -> Vec<(Bdf, Option<Bdf>)> {
     let mut out = Vec::new();
     let mut cur = dev;
     for up in topo.ancestors(dev) {
@@ -85,9 +87,12 @@ fn links_up(topo: &Topology, dev: Bdf) -> Vec<(Bdf, Bdf)> {
             ty,
             Some(PciePortType::RootPort | PciePortType::SwitchDownstream)
         ) {
-            out.push((cur, up));
+            out.push((cur, Some(up)));
         }
         cur = up;
+    }
+    if out.is_empty() {
+        out.push((dev, None));
     }
     out
 }
@@ -113,6 +118,7 @@ fn device_items(
     // ATS, extended capability 0x000F; ATS Control bit 15 is Enable.
     out.push(match (f.ats, f.extended_read()) {
         (_, false) => item(&scope, "ats", Verdict::Warn, format!("only {} bytes of config space readable; ATS lives in the extended space", f.config_len), Some("run as root".into())),
+        (None, true) if !iommu => item(&scope, "ats", Verdict::Pass, "no ATS capability (0x000F); no IOMMU, nothing to translate".into(), None),
         (None, true) => item(&scope, "ats", Verdict::Pass, "no ATS capability (0x000F): its requests carry untranslated addresses, which only the IOMMU at the root complex translates".into(), None),
         (Some(a), true) if a.enabled => item(&scope, "ats", Verdict::Pass, format!("ATS at {:#x} enabled (ATS Control bit 15)", a.offset), None),
         (Some(a), true) if !iommu => item(&scope, "ats", Verdict::Pass, format!("ATS at {:#x} off (ATS Control bit 15 clear); no IOMMU, nothing to translate", a.offset), None),
@@ -156,9 +162,10 @@ fn link_items(
     let mut slow = Vec::new();
     let mut seen = Vec::new();
     for (lo, hi) in links_up(topo, dev) {
-        let (Some(l), h) = (find(facts, lo), find(facts, hi)) else {
+        let (Some(l), h) = (find(facts, lo), hi.and_then(|hi| find(facts, hi))) else {
             continue;
         };
+        let name = hi.map_or_else(|| lo.to_string(), |hi| format!("{lo}-{hi}"));
         let (Some(st), Some(cap)) = (l.link_status, l.link_capabilities) else {
             continue;
         };
@@ -172,12 +179,12 @@ fn link_items(
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        seen.push(format!("{lo}-{hi} x{} {}", st.width, gts(st.speed_gts)));
+        seen.push(format!("{name} x{} {}", st.width, gts(st.speed_gts)));
         if width > 0 && st.width < width {
-            narrow.push(format!("{lo}-{hi} x{} of x{width}", st.width));
+            narrow.push(format!("{name} x{} of x{width}", st.width));
         }
         if let Some(s) = speed.filter(|s| st.speed_gts < *s) {
-            slow.push(format!("{lo}-{hi} {} of {}", gts(st.speed_gts), gts(s)));
+            slow.push(format!("{name} {} of {}", gts(st.speed_gts), gts(s)));
         }
     }
     if seen.is_empty() {

@@ -30,19 +30,23 @@ const VM: &str = "vm0=0000:25:00.0,0000:26:00.0,0000:27:00.0";
 type Items = BTreeMap<(String, String), (String, String, String)>;
 
 fn check(root: &Path, vm: &str) -> (Items, Option<i32>) {
-    let r = run(
-        "p2p-host",
-        &[
-            "check",
-            "--json",
-            "--sysfs-root",
-            root.to_str().unwrap(),
-            "--gpu-class",
-            "0108",
-            "--vm",
-            vm,
-        ],
-    );
+    check_class(root, vm, Some("0108"))
+}
+
+/// [`check`] selecting GPUs by class code `class` (None: NVIDIA's GPUs, the default).
+fn check_class(root: &Path, vm: &str, class: Option<&str>) -> (Items, Option<i32>) {
+    let mut args = vec![
+        "check",
+        "--json",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--vm",
+        vm,
+    ];
+    if let Some(c) = class {
+        args.extend(["--gpu-class", c]);
+    }
+    let r = run("p2p-host", &args);
     let v: Value =
         serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", r.stdout, r.stderr));
     let items = v["items"]
@@ -272,4 +276,36 @@ fn topo_route_column_tells_direct_translated_apart() {
     edit_acs(tree.path(), [0x5d, 0x5d]);
     let out = topo();
     assert!(out.contains("ACS ReqRedir+DirectTrans on"), "{out}");
+}
+
+#[test]
+fn real_h200s_pass_every_register_check() {
+    // The two H200s of the Firecracker passthrough VM (real config spaces):
+    // PCI Express capability at 0x60; Device Control (0x68) = 0x5134: bit 4
+    // (RO) on, bits 7:5 = 1 (256 B), bits 14:12 = 5 (4096 B); Link Status
+    // (0x72) and Link Capabilities (0x6c) both 32 GT/s x16. The flat guest
+    // bus has no bridge and no IOMMU.
+    let tree = p2p_tests::unpack_fixture("h200x2-passthrough-guest");
+    let (m, _) = check_class(
+        &tree.path().join("sysfs"),
+        "vm0=0000:00:06.0,0000:00:07.0",
+        None,
+    );
+    for gpu in ["0000:00:06.0", "0000:00:07.0"] {
+        for c in [
+            "relaxed-ordering",
+            "max-read-request",
+            "link-width",
+            "link-speed",
+            "ats",
+        ] {
+            assert_eq!(verdict(&m, gpu, c), "pass", "{gpu} {c}");
+        }
+        assert_eq!(get(&m, gpu, "link-speed").2, "", "no fix: at full speed");
+    }
+    let pair = "0000:00:06.0 0000:00:07.0";
+    let (v, e, _) = get(&m, pair, "max-payload");
+    assert_eq!(v, "pass");
+    assert!(e.starts_with("256 B on all 2 functions"), "{e}");
+    assert!(get(&m, pair, "peer-path").1.starts_with("not translated"));
 }
