@@ -309,3 +309,41 @@ fn real_h200s_pass_every_register_check() {
     assert!(e.starts_with("256 B on all 2 functions"), "{e}");
     assert!(get(&m, pair, "peer-path").1.starts_with("not translated"));
 }
+
+#[test]
+fn an_rdma_nic_gets_its_own_items_and_a_gpudirect_path() {
+    // The two-socket tree's e1000e (25:00.0, below switch sw0's 22:02.0) with
+    // an `infiniband/rxe0` entry added in a copy, as plan_mirror.rs does:
+    // an RDMA NIC. gpu0 (23:00.0) sits below the same switch (22:00.0).
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture_dir("qemu-11.1-two-socket-iommu-on").join("sysfs");
+    assert!(Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(dir.path())
+        .status()
+        .unwrap()
+        .success());
+    let nic = dir
+        .path()
+        .join("sysfs/devices/pci0000:20/0000:20:00.0/0000:21:00.0/0000:22:02.0/0000:25:00.0");
+    std::fs::create_dir_all(nic.join("infiniband/rxe0")).unwrap();
+    let (m, _) = check(&dir.path().join("sysfs"), "vm0=0000:23:00.0,0000:25:00.0");
+    // The e1000e's PCI Express capability is at 0xe0; Device Control (0xe8)
+    // reads 0: RO off (bit 4), 128 B read requests (bits 14:12 = 0). Its
+    // extended list holds AER (0x100) and the serial number (0x140): no ATS.
+    let (v, _, fix) = get(&m, "0000:25:00.0", "relaxed-ordering");
+    assert_eq!(v, "warn");
+    assert!(fix.ends_with("; NCCL_IB_PCI_RELAXED_ORDERING=1"), "{fix}");
+    assert_eq!(verdict(&m, "0000:25:00.0", "max-read-request"), "warn");
+    assert_eq!(verdict(&m, "0000:25:00.0", "ats"), "pass");
+    // NIC and GPU meet in switch sw0 (21:00.0), whose ports have no ACS,
+    // and neither has ATS, with the IOMMU on: untranslated in the switch.
+    let (v, e, _) = get(&m, "0000:23:00.0 0000:25:00.0", "gpudirect-path");
+    assert_eq!(v, "warn");
+    assert!(
+        e.starts_with("turns in the switch at 0000:21:00.0 untranslated"),
+        "{e}"
+    );
+    assert!(!m.contains_key(&("0000:23:00.0 0000:25:00.0".into(), "peer-path".into())));
+}
