@@ -275,7 +275,14 @@ fn pair_items(
                 }
                 if !no_dt.is_empty() {
                     why.push(format!("ACS Direct Translated P2P (control bit 6) off on {}", list(&no_dt)));
-                    fixes.extend(no_dt.iter().map(|r| format!("setpci -s {r} ECAP_ACS+6.w=0040:0040")));
+                    fixes.extend(no_dt.iter().map(|r| {
+                        let can = matches!(topo.function(*r).map(|f| &f.acs), Some(AcsState::Present(x)) if x.capability.direct_translated);
+                        if can {
+                            format!("setpci -s {r} ECAP_ACS+6.w=0040:0040")
+                        } else {
+                            format!("{r} cannot do DT (ACS Capability bit 6 clear): only turning its P2P Request Redirect off (bit 2; merges IOMMU groups) shortens the path")
+                        }
+                    }));
                 }
                 (Verdict::Warn,
                     format!("up to the root complex to be translated, though the pair meets at {at}: ACS redirect with {}; every request crosses the root complex twice", why.join(" and ")),

@@ -347,3 +347,19 @@ fn an_rdma_nic_gets_its_own_items_and_a_gpudirect_path() {
     );
     assert!(!m.contains_key(&("0000:23:00.0 0000:25:00.0".into(), "peer-path".into())));
 }
+
+#[test]
+fn a_port_without_direct_translated_capability_is_named() {
+    let tree = copy_tree();
+    edit_endpoints(tree.path());
+    edit_acs(tree.path(), [0x5d, 0x1d]);
+    // ACS Capability (+4) of 24:01.0 to 0x1f: bit 6 (Direct Translated P2P) clear.
+    poke(tree.path(), "0000:24:01.0", 0x14c, &0x001fu16.to_le_bytes());
+    let (m, _) = check(&tree.path().join("sysfs"), VM);
+    let (v, _, fix) = get(&m, &format!("{GPU0} {GPU1}"), "peer-path");
+    assert_eq!(v, "warn");
+    assert!(
+        fix.starts_with("0000:24:01.0 cannot do DT (ACS Capability bit 6 clear)"),
+        "{fix}"
+    );
+}
