@@ -126,6 +126,16 @@ fn device_items(
             Some("enable ATS in the firmware (the DMAR ATSR / IVRS table must list the root port); the kernel turns it on when it attaches the device; never set it with setpci".into())),
     });
     let Some(dc) = f.device_control else {
+        out.push(item(
+            &scope,
+            "pcie-registers",
+            Verdict::Warn,
+            format!(
+                "Device Control not readable ({} bytes of config space, or no PCI Express capability): relaxed ordering, read request size and link unknown",
+                f.config_len
+            ),
+            Some("run as root (the kernel gives others 64 bytes)".into()),
+        ));
         return;
     };
     let rdma_nic = topo.function(dev).is_some_and(|f| f.has_rdma());

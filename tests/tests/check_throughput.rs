@@ -363,3 +363,24 @@ fn a_port_without_direct_translated_capability_is_named() {
         "{fix}"
     );
 }
+
+#[test]
+fn a_truncated_config_read_says_the_registers_are_unknown() {
+    // What a non-root reader gets: the 64-byte header. The PCI Express
+    // capability (0x80) lies past it, so Device Control cannot be read.
+    let tree = copy_tree();
+    let p = tree
+        .path()
+        .join("sysfs/bus/pci/devices")
+        .join(GPU2)
+        .join("config");
+    let head = std::fs::read(&p).unwrap()[..64].to_vec();
+    std::fs::write(&p, head).unwrap();
+    let (m, _) = check(&tree.path().join("sysfs"), VM);
+    assert_eq!(verdict(&m, GPU2, "ats"), "warn", "extended space not read");
+    let (v, e, fix) = get(&m, GPU2, "pcie-registers");
+    assert_eq!(v, "warn");
+    assert!(e.contains("64 bytes"), "{e}");
+    assert!(fix.starts_with("run as root"), "{fix}");
+    assert!(!m.contains_key(&(GPU2.into(), "relaxed-ordering".into())));
+}
