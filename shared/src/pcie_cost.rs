@@ -122,7 +122,7 @@ fn device_items(
         (None, true) => item(&scope, "ats", Verdict::Pass, "no ATS capability (0x000F): its requests carry untranslated addresses, which only the IOMMU at the root complex translates".into(), None),
         (Some(a), true) if a.enabled => item(&scope, "ats", Verdict::Pass, format!("ATS at {:#x} enabled (ATS Control bit 15)", a.offset), None),
         (Some(a), true) if !iommu => item(&scope, "ats", Verdict::Pass, format!("ATS at {:#x} off (ATS Control bit 15 clear); no IOMMU, nothing to translate", a.offset), None),
-        (Some(a), true) => item(&scope, "ats", Verdict::Warn, format!("ATS at {:#x} present but off (ATS Control bit 15 clear): every peer request goes up to the IOMMU to be translated", a.offset),
+        (Some(a), true) => item(&scope, "ats", Verdict::Warn, format!("ATS at {:#x} present but off (ATS Control bit 15 clear): its peer requests can be translated only at the root complex", a.offset),
             Some("enable ATS in the firmware (the DMAR ATSR / IVRS table must list the root port); the kernel turns it on when it attaches the device; never set it with setpci".into())),
     });
     let Some(dc) = f.device_control else {
@@ -252,7 +252,7 @@ fn pair_items(
         } else {
             let small: Vec<String> = mps.iter().filter(|m| m.1 == min).map(|m| m.0.to_string()).collect();
             item(&scope, "max-payload", Verdict::Warn,
-                format!("{min} to {max} B along the path (Device Control bits 7:5): the pair is capped at {min} B ({}, about {}% data) by {}", min, efficiency(min), small.join(", ")),
+                format!("{min} to {max} B along the path (Device Control bits 7:5): the pair is capped at {min} B (about {}% data) by {}", efficiency(min), small.join(", ")),
                 Some("boot the host with pci=pcie_bus_safe (the largest size every device supports) so the whole hierarchy agrees".into()))
         });
     }
@@ -295,7 +295,7 @@ fn pair_items(
                     }));
                 }
                 (Verdict::Warn,
-                    format!("up to the root complex to be translated, though the pair meets at {at}: ACS redirect with {}; every request crosses the root complex twice", why.join(" and ")),
+                    format!("up to the root complex to be translated, though the pair meets at {at}: ACS redirect with {}; every request climbs to the root complex and comes back down, leaving the switch's own bandwidth unused", why.join(" and ")),
                     Some(fixes.join("; ")))
             }
         }
