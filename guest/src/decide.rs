@@ -49,6 +49,10 @@ pub enum FlagKind {
     NvLinkAcrossCliques,
     /// CUDA answers differ by direction.
     AsymmetricCuda,
+    /// The guest sees Enable Relaxed Ordering (Device Control bit 4) off on
+    /// a GPU: writes stay strictly ordered (the VMM may hide the bit, or
+    /// the driver left it off).
+    RelaxedOrderingOff,
     /// P2P is granted but the data moved between the pair did not arrive
     /// whole (`probe --verify`).
     P2pDataLost,
@@ -126,6 +130,15 @@ pub fn gpu_flags(gpus: &[GuestGpu], hypervisor_detected: bool) -> Vec<Flag> {
                 ),
             )),
             _ => {}
+        }
+        if g.pcie.as_ref().is_some_and(|p| !p.relaxed_ordering) {
+            out.push(flag(
+                FlagKind::RelaxedOrderingOff,
+                format!(
+                    "{}: Enable Relaxed Ordering (Device Control bit 4) reads off in the VM: strictly ordered writes cost P2P and GPUDirect RDMA bandwidth with ACS and ATS on (NVIDIA/nccl#1205); set it on the host (setpci -s BDF CAP_EXP+8.w=0010:0010) and NCCL_IB_PCI_RELAXED_ORDERING=1",
+                    g.bdf
+                ),
+            ));
         }
     }
     out
@@ -254,6 +267,7 @@ mod tests {
             config_len: 4096,
             capability: cap,
             bts: None,
+            pcie: None,
         }
     }
 
@@ -363,5 +377,27 @@ mod tests {
         let k: Vec<FlagKind> = flags.iter().map(|f| f.kind).collect();
         assert_eq!(k, [FlagKind::HypervisorHidden, FlagKind::ConfigTruncated]);
         assert_eq!(gpu_flags(&[a], true).len(), 0);
+    }
+
+    #[test]
+    fn relaxed_ordering_off_in_the_guest_is_flagged() {
+        // Device Control 0x0000 (QEMU's NVMe) has bit 4 clear; 0x0010 sets it.
+        let view = |dc: u16| {
+            let mut raw = vec![0u8; 256];
+            raw[0..2].copy_from_slice(&0x10deu16.to_le_bytes());
+            raw[6] = 0x10; // Status bit 4: capability list present
+            raw[0x34] = 0x60; // PCI Express capability at 0x60, the H200's place
+            raw[0x60] = 0x10;
+            raw[0x68..0x6a].copy_from_slice(&dc.to_le_bytes());
+            crate::probe::pcie::pcie_view(&raw)
+        };
+        let mut off = gpu("0000:00:06.0", CapabilityState::Absent);
+        off.pcie = view(0x0000);
+        let mut on = gpu("0000:00:07.0", CapabilityState::Absent);
+        on.pcie = view(0x0010);
+        let flags = gpu_flags(&[off, on], true);
+        assert_eq!(flags.len(), 1, "{flags:?}");
+        assert_eq!(flags[0].kind, FlagKind::RelaxedOrderingOff);
+        assert!(flags[0].message.starts_with("0000:00:06.0"));
     }
 }

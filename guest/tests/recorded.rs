@@ -257,6 +257,7 @@ fn report_format_probe_json_parses_and_says_nvlink_enable() {
         config_len: g.config_len,
         capability: g.capability.clone(),
         bts: g.bts,
+        pcie: g.pcie.clone(),
     };
     let (a, b) = (guest(&p.gpus[0]), guest(&p.gpus[1]));
     assert!(
@@ -335,4 +336,42 @@ fn max_says_why_it_split_or_not_from_its_calibration() {
     );
     let json = serde_json::to_value(&m).unwrap();
     assert_eq!(json["split_gbps"], 410.0);
+}
+
+#[test]
+fn compare_groups_pairs_by_the_route_bench_recorded() {
+    let (mut base, other) = (load("bench-p2p.json"), load("bench-nop2p.json"));
+    // Recorded before routes were kept: every row's route is empty.
+    assert!(compare(&base, &other)
+        .rows
+        .iter()
+        .all(|r| r.route.is_empty()));
+    // Give 0->1 the route `pcie` and 1->0 `nvlink`: within each mode and
+    // direction the nvlink rows come first (routes sort by name), each row
+    // carries its pair's route.
+    for p in &mut base.pairs {
+        p.route = if p.src.0 == 0 { "pcie" } else { "nvlink" }.into();
+    }
+    let c = compare(&base, &other);
+    let ce: Vec<_> = c
+        .rows
+        .iter()
+        .filter(|r| r.mode.to_string() == "ce" && r.src.is_some())
+        .collect();
+    assert!(!ce.is_empty());
+    let dir = ce[0].direction;
+    let ce: Vec<_> = ce.into_iter().filter(|r| r.direction == dir).collect();
+    for r in &ce {
+        let want = if r.src.unwrap().0 == 0 {
+            "pcie"
+        } else {
+            "nvlink"
+        };
+        assert_eq!(r.route, want);
+    }
+    let first_pcie = ce.iter().position(|r| r.route == "pcie");
+    let last_nvlink = ce.iter().rposition(|r| r.route == "nvlink");
+    if let (Some(p), Some(n)) = (first_pcie, last_nvlink) {
+        assert!(n < p, "nvlink rows before pcie rows");
+    }
 }

@@ -1,12 +1,16 @@
 //! The facts `p2p-host check` needs beyond the topology: the kernel command
 //! line and release, iommufd, KVM's capabilities, IOMMU group domain types and
-//! the devices' BARs. Reads only; on a captured tree only what it holds.
+//! the devices' BARs, and the throughput registers (ATS, Device Control, link
+//! capabilities and status) of the devices and the bridges above them. Reads
+//! only; on a captured tree only what it holds.
 
 use std::fs;
 use std::path::Path;
 
 use kvm_ioctls::{Cap, Kvm};
 use p2p_shared::check::{BarFacts, HostFacts, KvmFacts};
+use p2p_shared::pci::ConfigSpace;
+use p2p_shared::pcie_cost::PcieFacts;
 use p2p_shared::{Bdf, Topology};
 
 use crate::sysfs::SysfsRoot;
@@ -84,6 +88,20 @@ pub fn host_facts(root: &SysfsRoot, topo: &Topology, devices: &[Bdf]) -> HostFac
             facts.group_types.push((g, t));
         }
     }
+    let mut on_paths: Vec<Bdf> = devices
+        .iter()
+        .flat_map(|d| std::iter::once(*d).chain(topo.ancestors(*d)))
+        .collect();
+    on_paths.sort_unstable();
+    on_paths.dedup();
+    for d in on_paths {
+        let p = root.path().join(format!("bus/pci/devices/{d}/config"));
+        if let Ok(raw) = fs::read(&p) {
+            if let Some(f) = pcie_facts(d, &raw) {
+                facts.pcie.push(f);
+            }
+        }
+    }
     for d in devices {
         let p = root.path().join(format!("bus/pci/devices/{d}/resource"));
         if let Ok(text) = fs::read_to_string(&p) {
@@ -91,6 +109,25 @@ pub fn host_facts(root: &SysfsRoot, topo: &Topology, devices: &[Bdf]) -> HostFac
         }
     }
     facts
+}
+
+/// The throughput registers of one function's config bytes (the whole file:
+/// 4096 bytes as root, fewer otherwise); None when it is no config space.
+/// A malformed capability list leaves the registers behind it unknown.
+pub fn pcie_facts(bdf: Bdf, raw: &[u8]) -> Option<PcieFacts> {
+    let cfg = ConfigSpace::new(raw).ok()?;
+    Some(PcieFacts {
+        bdf,
+        config_len: raw.len(),
+        ats: if cfg.has_extended_space() {
+            cfg.ats().ok().flatten()
+        } else {
+            None
+        },
+        device_control: cfg.device_control().ok().flatten(),
+        link_capabilities: cfg.link_capabilities().ok().flatten(),
+        link_status: cfg.link_status().ok().flatten(),
+    })
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ pub enum Verdict {
     Pass,
     /// P2P may work, or could not be confirmed (for example facts a captured tree lacks).
     Warn,
-    /// The condition fails: P2P will not work until the fix is applied.
+    /// The condition fails: P2P will not work, or runs at a fraction of its
+    /// speed (a link trained narrower than both ends), until the fix is applied.
     Fail,
 }
 
@@ -81,7 +82,7 @@ pub struct BarFacts {
 }
 
 /// What the host could read; None where it could not (and the report says so).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostFacts {
     /// `/proc/cmdline`.
     pub cmdline: Option<String>,
@@ -95,6 +96,9 @@ pub struct HostFacts {
     pub group_types: Vec<(u32, String)>,
     /// Memory BARs per device.
     pub bars: Vec<(Bdf, Vec<BarFacts>)>,
+    /// The throughput registers of the devices and every bridge above them.
+    #[serde(default)]
+    pub pcie: Vec<crate::pcie_cost::PcieFacts>,
 }
 
 /// The whole report.
@@ -512,6 +516,8 @@ pub fn check(
                 pair_items(topo, *a, *b, &mut items);
             }
         }
+        let iommu = topo.functions.iter().any(|f| f.iommu_group.is_some());
+        crate::pcie_cost::cost_items(topo, &facts.pcie, devs, iommu, &mut items);
     }
     let overall = items
         .iter()

@@ -19,6 +19,7 @@ pub mod hex;
 pub mod iommu_groups;
 pub mod nccl_topo;
 pub mod pci;
+pub mod pcie_cost;
 pub mod report;
 pub mod select;
 pub mod size;

@@ -225,10 +225,12 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
             let class = decision
                 .and_then(|d| d.nvlinks)
                 .map_or_else(|| "PCIe".to_string(), |c| format!("NV{c}"));
+            let route = route_of(&probe, a.bdf, b.bdf);
             pairs.push(BenchPair {
                 src: GpuIndex(i),
                 dst: GpuIndex(j),
                 class,
+                route,
                 cuda_can_access: q.can_access,
                 peer_access: on,
                 why,
@@ -254,6 +256,7 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
             src: GpuIndex(i),
             dst: GpuIndex(i),
             class: "local".into(),
+            route: "local".into(),
             cuda_can_access: true,
             peer_access: false,
             why: "device-local copy (--pairs self)".into(),
@@ -400,4 +403,28 @@ pub fn tune_sm(
     }
     progress.finish();
     Ok(out)
+}
+
+/// The route of a pair as the guest knows it ([`BenchPair::route`]).
+pub fn route_of(
+    probe: &crate::probe::report::ProbeReport,
+    a: p2p_shared::Bdf,
+    b: p2p_shared::Bdf,
+) -> String {
+    if probe.decision(a, b).is_some_and(|d| d.nvlinks.is_some()) {
+        return "nvlink".into();
+    }
+    let ats_on = |x| {
+        probe.gpus.iter().any(|g| {
+            g.bdf == x
+                && g.pcie
+                    .as_ref()
+                    .is_some_and(|p| p.ats == crate::probe::pcie::AtsView::On)
+        })
+    };
+    if ats_on(a) && ats_on(b) {
+        "pcie-ats".into()
+    } else {
+        "pcie".into()
+    }
 }

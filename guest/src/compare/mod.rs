@@ -23,6 +23,10 @@ pub struct CompareRow {
     pub src: Option<GpuIndex>,
     /// Destination GPU (its index in the runs); None for collective modes.
     pub dst: Option<GpuIndex>,
+    /// The pair's route as the runs recorded it (`nvlink`, `pcie-ats`,
+    /// `pcie`, `local`; the base run's, else the other's); empty when
+    /// neither recorded one, or for collective modes.
+    pub route: String,
     /// Bytes per copy (per direction); per rank for NCCL.
     pub bytes: u64,
     /// Median GB/s in the base run.
@@ -91,6 +95,9 @@ pub fn compare(base: &BenchReport, other: &BenchReport) -> Comparison {
             direction: mb.direction,
             src: mb.src,
             dst: mb.dst,
+            route: route(base, mb)
+                .or_else(|| route(other, mb))
+                .unwrap_or_default(),
             bytes: mb.bytes,
             base_gbps: mb.gbps.median,
             other_gbps: mo.gbps.median,
@@ -102,7 +109,17 @@ pub fn compare(base: &BenchReport, other: &BenchReport) -> Comparison {
             latency_overhead_pct: (lat - 1.0) * 100.0,
         });
     }
-    rows.sort_by_key(|r| (r.mode, r.direction, r.src, r.dst, r.bytes));
+    // Grouped by route within each mode and direction.
+    rows.sort_by(|x, y| {
+        (x.mode, x.direction, &x.route, x.src, x.dst, x.bytes).cmp(&(
+            y.mode,
+            y.direction,
+            &y.route,
+            y.src,
+            y.dst,
+            y.bytes,
+        ))
+    });
     let matched = rows.len();
     Comparison {
         schema: COMPARE_SCHEMA.into(),
@@ -112,6 +129,15 @@ pub fn compare(base: &BenchReport, other: &BenchReport) -> Comparison {
         only_in_base: b.len() - matched,
         only_in_other: o.len() - matched,
     }
+}
+
+/// The route `r` recorded for the measurement's pair; None when it has none.
+fn route(r: &BenchReport, m: &Measurement) -> Option<String> {
+    let (s, d) = (m.src?, m.dst?);
+    r.pairs
+        .iter()
+        .find(|p| p.src == s && p.dst == d && !p.route.is_empty())
+        .map(|p| p.route.clone())
 }
 
 fn label(r: &BenchReport, fallback: &str) -> String {
@@ -124,7 +150,7 @@ fn label(r: &BenchReport, fallback: &str) -> String {
 
 impl Comparison {
     /// One table per mode and direction: both runs' bandwidth and latency
-    /// per pair and size, with the ratio and overheads.
+    /// per pair and size, with the ratio and overheads, pairs grouped by route.
     pub fn render_text(&self) -> String {
         let mut out = format!(
             "base: {}   other: {}   ({} matched, {} only in base, {} only in other)\n",
@@ -149,6 +175,7 @@ impl Comparison {
             );
             let mut t = Table::new([
                 "PAIR",
+                "ROUTE",
                 "SIZE",
                 "BASE GB/s",
                 "OTHER GB/s",
@@ -170,6 +197,11 @@ impl Comparison {
                 };
                 t.row([
                     pair,
+                    if r.route.is_empty() {
+                        "-".to_string()
+                    } else {
+                        r.route.clone()
+                    },
                     ByteSize(r.bytes).to_string(),
                     significant(r.base_gbps),
                     significant(r.other_gbps),

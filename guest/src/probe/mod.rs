@@ -1,10 +1,12 @@
 //! `p2p-guest probe`: what the VM shows of its GPUs. Sysfs gives each GPU's
 //! P2P clique capability, CPUID whether a hypervisor is visible (the driver
 //! ignores the capability without one), NVML the NVLinks, and CUDA what the
-//! driver itself decided.
+//! driver itself decided; config space also the throughput registers
+//! (relaxed ordering, payload and read request sizes, link, ATS) as the VM sees them.
 
 pub mod hypervisor;
 pub mod nvml;
+pub mod pcie;
 pub mod report;
 pub mod sysfs;
 

@@ -35,6 +35,10 @@ pub struct ProbeGpu {
     /// The driver's BTS capability, when present.
     #[serde(default)]
     pub bts: Option<BtsState>,
+    /// Relaxed ordering, payload and read request sizes, link and ATS as the
+    /// guest sees them (a VMM may hide or emulate them).
+    #[serde(default)]
+    pub pcie: Option<super::pcie::GuestPcie>,
     /// CUDA ordinal, when CUDA is available and sees the GPU.
     pub cuda_ordinal: Option<CudaOrdinal>,
     /// Its NVLinks per NVML; None when NVML is unavailable or does not list it.
@@ -170,6 +174,7 @@ impl ProbeReport {
                 clique: g.capability.clique().map(|c| c.id()),
                 capability: g.capability,
                 bts: g.bts,
+                pcie: g.pcie,
                 cuda_ordinal: ordinal(g.bdf),
                 nvlink: nvlink.gpus.iter().find(|l| l.bdf == g.bdf).cloned(),
             })
@@ -262,6 +267,24 @@ impl ProbeReport {
             ]);
         }
         out.push_str(&t.render());
+        if self.gpus.iter().any(|g| g.pcie.is_some()) {
+            out.push_str("\nPCIe as the VM sees it:\n\n");
+            let mut t = Table::new(["GPU", "BDF", "SETTINGS", "HIDDEN EXTENDED CAPABILITIES"]);
+            for (i, g) in self.gpus.iter().enumerate() {
+                let Some(p) = &g.pcie else { continue };
+                t.row([
+                    format!("GPU{i}"),
+                    g.bdf.to_string(),
+                    p.summary(),
+                    if p.hidden_extended_capabilities.is_empty() {
+                        "-".into()
+                    } else {
+                        p.hidden_extended_capabilities.join(" ")
+                    },
+                ]);
+            }
+            out.push_str(&t.render());
+        }
         if !self.pairs.is_empty() {
             out.push('\n');
             let mut t = Table::new(["PAIR", "DECISION", "WHY", "CUDA a->b / b->a"]);

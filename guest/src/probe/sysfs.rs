@@ -95,6 +95,10 @@ pub struct GuestGpu {
     pub capability: CapabilityState,
     /// The driver's BTS capability (driver 580.65+), when the hypervisor added one.
     pub bts: Option<BtsState>,
+    /// The throughput registers as the guest sees them; None without a
+    /// PCI Express capability or when the read stopped short of it.
+    #[serde(default)]
+    pub pcie: Option<super::pcie::GuestPcie>,
 }
 
 /// A BTS capability found in the list, decoded.
@@ -244,6 +248,7 @@ pub fn scan_gpus(root: &Path) -> Result<Vec<GuestGpu>, ProbeError> {
             config_len: raw.len(),
             capability: capability_state(&raw),
             bts: bts_state(&raw),
+            pcie: super::pcie::pcie_view(&raw),
         });
     }
     gpus.sort_by_key(|g| g.bdf);

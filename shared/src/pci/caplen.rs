@@ -62,10 +62,19 @@ pub(super) fn std_cap_len(cs: &ConfigSpace<'_>, id: u8, off: usize) -> Option<(u
         0x0a => spec(4), // Debug port
         0x0d => spec(8), // Bridge subsystem vendor id
         0x10 => {
-            // PCI Express: version 1 structures end at Root Status (0x24),
-            // version 2 carries the *2 registers up to 0x3c.
+            // PCI Express: version 2 carries the *2 registers up to 0x3c;
+            // version 1 ends at Root Status (0x24) for ports, after Link
+            // Status (0x14) for endpoints (types 0x0 and 0x1, bits 7:4),
+            // whose slot and root registers do not exist (Linux's
+            // PCI_CAP_EXP_ENDPOINT_SIZEOF_V1; QEMU's e1000e puts such a
+            // capability at 0xe0).
             let flags = cs.u16_at(off + 2).unwrap_or(0);
-            spec(if flags & 0xf >= 2 { 0x3c } else { 0x24 })
+            let endpoint = (flags >> 4) & 0xf <= 1;
+            spec(match (flags & 0xf >= 2, endpoint) {
+                (true, _) => 0x3c,
+                (false, true) => 0x14,
+                (false, false) => 0x24,
+            })
         }
         0x11 => spec(12), // MSI-X
         0x12 => {

@@ -1,4 +1,5 @@
-//! The PCI Express capability: port type and link status.
+//! The PCI Express capability: port type, Device Control (relaxed ordering,
+//! payload and read request sizes), link capabilities and link status.
 
 use serde::{Deserialize, Serialize};
 
@@ -85,26 +86,117 @@ impl<'a> ConfigSpace<'a> {
             .map(|flags| PciePortType::from_bits(flags >> 4)))
     }
 
-    /// Link Status (PCIe cap +0x12): current speed and width.
+    /// Link Status (PCIe cap +0x12): current speed (bits 3:0) and width (bits 9:4).
     pub fn link_status(&self) -> Result<Option<LinkStatus>, WalkError> {
-        let Some(cap) = self.find_capability(cap_id::PCI_EXPRESS)? else {
+        let Some(ls) = self.express_u16(0x12)? else {
             return Ok(None);
         };
-        let Some(ls) = self.u16_at(cap.offset as usize + 0x12) else {
+        let Some(speed_gts) = speed_gts(u32::from(ls)) else {
             return Ok(None);
-        };
-        let speed_gts = match ls & 0xf {
-            1 => 2.5,
-            2 => 5.0,
-            3 => 8.0,
-            4 => 16.0,
-            5 => 32.0,
-            6 => 64.0,
-            _ => return Ok(None),
         };
         Ok(Some(LinkStatus {
             speed_gts,
             width: ((ls >> 4) & 0x3f) as u8,
         }))
+    }
+
+    /// Link Capabilities (PCIe cap +0x0C): Max Link Speed (bits 3:0) and
+    /// Maximum Link Width (bits 9:4).
+    pub fn link_capabilities(&self) -> Result<Option<LinkCapabilities>, WalkError> {
+        let Some(cap) = self.find_capability(cap_id::PCI_EXPRESS)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .u32_at(cap.offset as usize + 0x0c)
+            .map(|lc| LinkCapabilities {
+                max_speed_gts: speed_gts(lc),
+                max_width: ((lc >> 4) & 0x3f) as u8,
+            }))
+    }
+
+    /// Device Control (PCIe cap +0x08): Enable Relaxed Ordering (bit 4),
+    /// Max_Payload_Size (bits 7:5) and Max_Read_Request_Size (bits 14:12).
+    pub fn device_control(&self) -> Result<Option<DeviceControl>, WalkError> {
+        Ok(self.express_u16(0x08)?.map(DeviceControl::from_bits))
+    }
+
+    fn express_u16(&self, reg: usize) -> Result<Option<u16>, WalkError> {
+        let Some(cap) = self.find_capability(cap_id::PCI_EXPRESS)? else {
+            return Ok(None);
+        };
+        Ok(self.u16_at(cap.offset as usize + reg))
+    }
+}
+
+/// GT/s of a Current/Max Link Speed code (1 = 2.5 GT/s .. 6 = 64 GT/s).
+fn speed_gts(code: u32) -> Option<f32> {
+    Some(match code & 0xf {
+        1 => 2.5,
+        2 => 5.0,
+        3 => 8.0,
+        4 => 16.0,
+        5 => 32.0,
+        6 => 64.0,
+        _ => return None,
+    })
+}
+
+/// What a port or device can train its link to (Link Capabilities).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LinkCapabilities {
+    /// Max Link Speed in GT/s; None for a reserved code (QEMU's switch
+    /// downstream ports leave the register 0).
+    pub max_speed_gts: Option<f32>,
+    /// Maximum Link Width in lanes; 0 when the register says none.
+    pub max_width: u8,
+}
+
+/// The Device Control bits that decide throughput.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeviceControl {
+    /// Bit 4, Enable Relaxed Ordering: the function may set the Relaxed
+    /// Ordering attribute on the requests it sends.
+    pub relaxed_ordering: bool,
+    /// Bits 7:5, Max_Payload_Size in bytes (128 << code).
+    pub max_payload: u16,
+    /// Bits 14:12, Max_Read_Request_Size in bytes (128 << code).
+    pub max_read_request: u16,
+}
+
+impl DeviceControl {
+    /// Decodes the 16-bit Device Control register.
+    pub fn from_bits(v: u16) -> Self {
+        Self {
+            relaxed_ordering: v & (1 << 4) != 0,
+            max_payload: 128 << ((v >> 5) & 0x7).min(5),
+            max_read_request: 128 << ((v >> 12) & 0x7).min(5),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_control_bits() {
+        // QEMU's NVMe leaves Device Control 0: RO off, 128 B payload and read request.
+        assert_eq!(
+            DeviceControl::from_bits(0),
+            DeviceControl {
+                relaxed_ordering: false,
+                max_payload: 128,
+                max_read_request: 128
+            }
+        );
+        // 0x5030: bit 4 RO on, bits 7:5 = 1 (256 B), bits 14:12 = 5 (4096 B).
+        assert_eq!(
+            DeviceControl::from_bits(0x5030),
+            DeviceControl {
+                relaxed_ordering: true,
+                max_payload: 256,
+                max_read_request: 4096
+            }
+        );
     }
 }

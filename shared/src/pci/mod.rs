@@ -1,18 +1,21 @@
 //! Raw PCI configuration space: header fields, capability walkers, capability
-//! lengths, and the two capabilities topology needs (PCI Express and ACS).
+//! lengths, the capabilities topology needs (PCI Express and ACS) and those
+//! that decide peer bandwidth (Device Control, link capabilities, ATS).
 
 mod acs;
+mod ats;
 mod caplen;
 mod config;
 mod express;
 
 pub use acs::{Acs, AcsFlags};
+pub use ats::{Ats, ATS_CONTROL_ENABLE};
 pub use caplen::LenSource;
 pub use config::{
     CapabilityEntry, ConfigError, ConfigSpace, ExtCapabilityEntry, WalkError, CONFIG_EXTENDED_LEN,
     CONFIG_HEADER_LEN, CONFIG_LEGACY_LEN,
 };
-pub use express::{LinkStatus, PciePortType};
+pub use express::{DeviceControl, LinkCapabilities, LinkStatus, PciePortType};
 
 /// Standard capability ids this crate names.
 pub mod cap_id {
@@ -34,6 +37,8 @@ pub mod ext_cap_id {
     pub const AER: u16 = 0x0001;
     /// Access Control Services, which decides whether peer traffic is redirected upstream.
     pub const ACS: u16 = 0x000d;
+    /// Address Translation Services: the endpoint caches IOMMU translations.
+    pub const ATS: u16 = 0x000f;
     /// Vendor-Specific Extended Capability (VSEC).
     pub const VENDOR_SPECIFIC: u16 = 0x000b;
     /// Resizable BAR, which lets a GPU expose its whole memory through one BAR.

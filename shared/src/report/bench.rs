@@ -294,6 +294,13 @@ pub struct BenchPair {
     pub dst: GpuIndex,
     /// Path class as `nvidia-smi topo -m` would print it.
     pub class: String,
+    /// The route peer requests take as the guest knows it: `local`, `nvlink`,
+    /// `pcie-ats` (ATS on at both GPUs as the guest sees them: translated
+    /// requests may go direct through a switch) or `pcie` (ATS off, absent or
+    /// hidden in the VM; the host's `check` names the route); empty in runs
+    /// recorded before it was kept.
+    #[serde(default)]
+    pub route: String,
     /// cuDeviceCanAccessPeer.
     pub cuda_can_access: bool,
     /// Peer access was enabled for the run.

@@ -93,7 +93,7 @@ impl TopoReport {
                     format!("{}-{}", self.label_of(p.a), self.label_of(p.b)),
                     p.class.to_string(),
                     p.pcie_class.to_string(),
-                    describe_route(&p.route),
+                    describe_route(&p.route, &self.bridges),
                     describe_iommu(p),
                 ]);
             }
@@ -131,7 +131,10 @@ impl TopoReport {
     }
 }
 
-fn describe_route(r: &PeerRoute) -> String {
+/// The route column. Where ACS redirects, it says whether the redirecting
+/// ports let ATS-translated requests go direct (ACS Direct Translated P2P,
+/// control bit 6) or send every request up to be translated.
+fn describe_route(r: &PeerRoute, bridges: &[super::topo::BridgeEntry]) -> String {
     let list = |v: &[crate::Bdf]| {
         v.iter()
             .map(|b| b.to_string())
@@ -141,10 +144,25 @@ fn describe_route(r: &PeerRoute) -> String {
     match r {
         PeerRoute::SameFunction => "same function".into(),
         PeerRoute::Switch { at } => format!("turns in switch at {at} (below the root complex)"),
-        PeerRoute::AcsRedirect { at, redirected_by } => format!(
-            "meets at {at}, ACS ReqRedir on {} sends it to the root complex",
-            list(redirected_by)
-        ),
+        PeerRoute::AcsRedirect { at, redirected_by } => {
+            let dt = |b: &crate::Bdf| {
+                bridges.iter().any(|e| {
+                    e.bdf == *b
+                        && matches!(&e.acs, AcsState::Present(a) if a.control.direct_translated)
+                })
+            };
+            if redirected_by.iter().all(dt) {
+                format!(
+                    "meets at {at}, ACS ReqRedir+DirectTrans on {}: direct when ATS-translated, else up to the root complex",
+                    list(redirected_by)
+                )
+            } else {
+                format!(
+                    "meets at {at}, ACS ReqRedir on {} (DirectTrans off) sends it up to the root complex to be translated",
+                    list(redirected_by)
+                )
+            }
+        }
         PeerRoute::AcsUnknown { at, unknown } => {
             format!(
                 "meets at {at}, ACS unknown on {} (run as root)",

@@ -96,7 +96,13 @@ impl Std {
         match *self {
             Std::Fixed { len, .. } => spec(len),
             Std::Msi { control } => spec(10 + 4 * (control >> 7 & 1) + 10 * (control >> 8 & 1)),
-            Std::Pcie { flags } => spec(if flags & 0xf >= 2 { 0x3c } else { 0x24 }),
+            // Version 2: 0x3c; version 1: 0x14 for endpoints (device/port
+            // type, bits 7:4, 0x0 or 0x1), 0x24 for ports.
+            Std::Pcie { flags } => spec(match (flags & 0xf >= 2, (flags >> 4) & 0xf <= 1) {
+                (true, _) => 0x3c,
+                (false, true) => 0x14,
+                (false, false) => 0x24,
+            }),
             // Linux (PCI_X_CMD_VERSION, PCI_CAP_PCIX_SIZEOF_V0/V1): version 0 has 8 bytes,
             // versions 1 and 2 add the ECC registers (24); a PCI-X bridge has 16.
             Std::PciX { command, .. } if header_type != 1 => {
