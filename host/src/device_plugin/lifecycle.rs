@@ -1,0 +1,176 @@
+//! The plugin's life with the kubelet: serve on our socket, register on
+//! kubelet.sock, and when the kubelet restarts (kubelet.sock replaced, or our
+//! socket removed, as a restarting kubelet does) serve and register again.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use super::api::*;
+use super::inventory::{socket_name, Inventory};
+use super::plugin::{options, Plugin};
+use super::{Config, DevicePluginError};
+
+/// What ended a server generation.
+enum Next {
+    /// The kubelet restarted: serve and register again.
+    Restart,
+    /// SIGTERM or SIGINT.
+    Stop,
+}
+
+/// Which kubelet.sock we registered with: a new file is a new kubelet.
+type Identity = (u64, u64, i64, i64);
+
+fn identity(path: &Path) -> Option<Identity> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+/// Serves until SIGTERM or SIGINT.
+pub(crate) async fn serve(config: Config, inventory: Inventory) -> Result<(), DevicePluginError> {
+    let inventory = Arc::new(inventory);
+    let first = inventory.devices(&inventory.scan()?);
+    let (health_tx, health_rx) = watch::channel(first);
+    tokio::spawn(poll_health(Arc::clone(&inventory), health_tx, config.poll));
+    let (quit_tx, quit_rx) = watch::channel(false);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        let _ = quit_tx.send(true);
+        // Keep the sender: a dropped one would read as a quit again.
+        std::future::pending::<()>().await;
+    });
+    loop {
+        match generation(&config, &inventory, &health_rx, quit_rx.clone()).await? {
+            Next::Restart => continue,
+            Next::Stop => return Ok(()),
+        }
+    }
+}
+
+/// Rescans sysfs every `poll` and publishes the list when a health changes.
+async fn poll_health(inventory: Arc<Inventory>, tx: watch::Sender<Vec<Device>>, poll: Duration) {
+    loop {
+        tokio::time::sleep(poll).await;
+        let devices = match inventory.scan() {
+            Ok(topo) => inventory.devices(&topo),
+            Err(e) => {
+                eprintln!("device-plugin: reading sysfs: {e}");
+                continue;
+            }
+        };
+        if *tx.borrow() != devices {
+            for d in &devices {
+                eprintln!("device-plugin: {} {}", d.id, d.health);
+            }
+            tx.send_replace(devices);
+        }
+    }
+}
+
+/// One server on our socket and one registration, until the kubelet restarts
+/// or we are told to stop.
+async fn generation(
+    config: &Config,
+    inventory: &Arc<Inventory>,
+    health: &watch::Receiver<Vec<Device>>,
+    mut quit: watch::Receiver<bool>,
+) -> Result<Next, DevicePluginError> {
+    let endpoint = socket_name(&config.resource);
+    let sock = config.kubelet_dir.join(&endpoint);
+    // A socket left by an earlier run refuses the bind.
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(|source| DevicePluginError::Bind {
+        path: sock.clone(),
+        source,
+    })?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let plugin = Plugin {
+        inventory: Arc::clone(inventory),
+        health: health.clone(),
+        stop: stop_rx.clone(),
+    };
+    let mut stopped = stop_rx;
+    let mut server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DevicePluginServer::new(plugin))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                let _ = stopped.changed().await;
+            }),
+    );
+    let kubelet = config.kubelet_dir.join(KUBELET_SOCKET);
+    let mut registered = None;
+    let mut last_error = String::new();
+    let next = loop {
+        if registered.is_none() {
+            match register(&kubelet, &endpoint, &config.resource).await {
+                Ok(()) => {
+                    registered = identity(&kubelet);
+                    eprintln!(
+                        "device-plugin: registered {} at {} with {}",
+                        config.resource,
+                        sock.display(),
+                        kubelet.display()
+                    );
+                }
+                Err(e) if e != last_error => {
+                    eprintln!(
+                        "device-plugin: registering with {}: {e}; retrying",
+                        kubelet.display()
+                    );
+                    last_error = e;
+                }
+                Err(_) => {}
+            }
+        } else if identity(&kubelet) != registered || !sock.exists() {
+            eprintln!("device-plugin: the kubelet restarted; registering again");
+            break Next::Restart;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.poll) => {}
+            _ = quit.changed() => break Next::Stop,
+        }
+    };
+    let _ = stop_tx.send(true);
+    tokio::select! {
+        r = &mut server => match r {
+            Ok(Err(e)) => eprintln!("device-plugin: server: {e}"),
+            Err(e) => eprintln!("device-plugin: server task: {e}"),
+            Ok(Ok(())) => {}
+        },
+        _ = tokio::time::sleep(Duration::from_secs(2)) => server.abort(),
+    }
+    if matches!(next, Next::Stop) {
+        let _ = std::fs::remove_file(&sock);
+    }
+    Ok(next)
+}
+
+/// Register on kubelet.sock; the error as text.
+async fn register(kubelet: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
+    let call = async {
+        let channel = connect_unix(kubelet).await.map_err(|e| format!("{e}"))?;
+        RegistrationClient::new(channel)
+            .register(RegisterRequest {
+                version: VERSION.to_string(),
+                endpoint: endpoint.to_string(),
+                resource_name: resource.to_string(),
+                options: Some(options()),
+            })
+            .await
+            .map_err(|s| format!("refused: {}", s.message()))?;
+        Ok(())
+    };
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .map_err(|_| "no answer in 10 s".to_string())?
+}
