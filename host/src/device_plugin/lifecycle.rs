@@ -13,7 +13,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use super::api::*;
 use super::inventory::{socket_name, Inventory};
-use super::plugin::{options, Plugin};
+use super::plugin::{options, Plugin, Seen};
 use super::{Config, DevicePluginError};
 
 /// What ended a server generation.
@@ -35,8 +35,9 @@ fn identity(path: &Path) -> Option<Identity> {
 /// Serves until SIGTERM or SIGINT.
 pub(crate) async fn serve(config: Config, inventory: Inventory) -> Result<(), DevicePluginError> {
     let inventory = Arc::new(inventory);
-    let first = inventory.devices(&inventory.scan()?);
-    let (health_tx, health_rx) = watch::channel(first);
+    let topo = Arc::new(inventory.scan()?);
+    let devices = inventory.devices(&topo);
+    let (health_tx, health_rx) = watch::channel(Seen { topo, devices });
     tokio::spawn(poll_health(Arc::clone(&inventory), health_tx, config.poll));
     let (quit_tx, quit_rx) = watch::channel(false);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -57,23 +58,35 @@ pub(crate) async fn serve(config: Config, inventory: Inventory) -> Result<(), De
     }
 }
 
-/// Rescans sysfs every `poll` and publishes the list when a health changes.
-async fn poll_health(inventory: Arc<Inventory>, tx: watch::Sender<Vec<Device>>, poll: Duration) {
+/// Rescans sysfs every `poll` (off the runtime's thread), keeps the tree for
+/// the kubelet's calls and wakes ListAndWatch when a health changes.
+async fn poll_health(inventory: Arc<Inventory>, tx: watch::Sender<Seen>, poll: Duration) {
     loop {
         tokio::time::sleep(poll).await;
-        let devices = match inventory.scan() {
-            Ok(topo) => inventory.devices(&topo),
+        let inv = Arc::clone(&inventory);
+        let topo = match tokio::task::spawn_blocking(move || inv.scan()).await {
+            Ok(Ok(topo)) => Arc::new(topo),
+            Ok(Err(e)) => {
+                eprintln!("device-plugin: reading sysfs: {e}");
+                continue;
+            }
             Err(e) => {
                 eprintln!("device-plugin: reading sysfs: {e}");
                 continue;
             }
         };
-        if *tx.borrow() != devices {
+        let devices = inventory.devices(&topo);
+        tx.send_if_modified(|seen| {
+            seen.topo = topo;
+            if seen.devices == devices {
+                return false;
+            }
             for d in &devices {
                 eprintln!("device-plugin: {} {}", d.id, d.health);
             }
-            tx.send_replace(devices);
-        }
+            seen.devices = devices;
+            true
+        });
     }
 }
 
@@ -82,7 +95,7 @@ async fn poll_health(inventory: Arc<Inventory>, tx: watch::Sender<Vec<Device>>, 
 async fn generation(
     config: &Config,
     inventory: &Arc<Inventory>,
-    health: &watch::Receiver<Vec<Device>>,
+    health: &watch::Receiver<Seen>,
     mut quit: watch::Receiver<bool>,
 ) -> Result<Next, DevicePluginError> {
     let endpoint = socket_name(&config.resource);

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use p2p_shared::Topology;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -10,11 +11,20 @@ use tonic::{Request, Response, Status};
 use super::api::*;
 use super::inventory::{Inventory, RequestError};
 
+/// What the poller saw last: the tree and the device list with health.
+pub(crate) struct Seen {
+    /// The tree, at most one poll old: the kubelet's calls read it, so they
+    /// answer within GetPreferredAllocation's time without a scan of their own.
+    pub(crate) topo: Arc<Topology>,
+    /// Every GPU with its health.
+    pub(crate) devices: Vec<Device>,
+}
+
 /// One server generation's DevicePlugin service.
 pub(crate) struct Plugin {
     pub(crate) inventory: Arc<Inventory>,
-    /// The device list with health, updated by the poller.
-    pub(crate) health: watch::Receiver<Vec<Device>>,
+    /// What the poller saw last; changed (and notified) when a health changes.
+    pub(crate) health: watch::Receiver<Seen>,
     /// Set when this generation's server stops: open streams end.
     pub(crate) stop: watch::Receiver<bool>,
 }
@@ -38,9 +48,10 @@ fn status(e: RequestError) -> Status {
     }
 }
 
-/// A sysfs tree that could not be read, for the kubelet.
-fn scan_status(e: crate::sysfs::ScanError) -> Status {
-    Status::internal(format!("reading sysfs: {e}"))
+impl Plugin {
+    fn topology(&self) -> Arc<Topology> {
+        Arc::clone(&self.health.borrow().topo)
+    }
 }
 
 #[tonic::async_trait]
@@ -60,7 +71,7 @@ impl DevicePlugin for Plugin {
         let mut stop = self.stop.clone();
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
-            let mut devices = health.borrow_and_update().clone();
+            let mut devices = health.borrow_and_update().devices.clone();
             loop {
                 if tx.send(Ok(ListAndWatchResponse { devices })).await.is_err() {
                     return;
@@ -70,7 +81,7 @@ impl DevicePlugin for Plugin {
                         if changed.is_err() {
                             return;
                         }
-                        devices = health.borrow_and_update().clone();
+                        devices = health.borrow_and_update().devices.clone();
                     }
                     _ = stop.changed() => return,
                     _ = tx.closed() => return,
@@ -84,7 +95,7 @@ impl DevicePlugin for Plugin {
         &self,
         req: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
-        let topo = self.inventory.scan().map_err(scan_status)?;
+        let topo = self.topology();
         let mut container_responses = Vec::new();
         for c in &req.get_ref().container_requests {
             let device_ids = self
@@ -107,7 +118,7 @@ impl DevicePlugin for Plugin {
         &self,
         req: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
-        let topo = self.inventory.scan().map_err(scan_status)?;
+        let topo = self.topology();
         let container_responses = req
             .get_ref()
             .container_requests
