@@ -35,6 +35,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {
         kubelet_dir: args.kubelet_dir,
         sysfs_root: args.sysfs_root,
         poll: Duration::from_millis(args.poll_ms.max(10)),
+        log: |m| eprintln!("device-plugin: {m}"),
     })?;
     Ok(())
 }

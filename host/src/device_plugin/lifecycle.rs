@@ -38,7 +38,12 @@ pub(crate) async fn serve(config: Config, inventory: Inventory) -> Result<(), De
     let topo = Arc::new(inventory.scan()?);
     let devices = inventory.devices(&topo);
     let (health_tx, health_rx) = watch::channel(Seen { topo, devices });
-    tokio::spawn(poll_health(Arc::clone(&inventory), health_tx, config.poll));
+    tokio::spawn(poll_health(
+        Arc::clone(&inventory),
+        health_tx,
+        config.poll,
+        config.log,
+    ));
     let (quit_tx, quit_rx) = watch::channel(false);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::spawn(async move {
@@ -60,18 +65,23 @@ pub(crate) async fn serve(config: Config, inventory: Inventory) -> Result<(), De
 
 /// Rescans sysfs every `poll` (off the runtime's thread), keeps the tree for
 /// the kubelet's calls and wakes ListAndWatch when a health changes.
-async fn poll_health(inventory: Arc<Inventory>, tx: watch::Sender<Seen>, poll: Duration) {
+async fn poll_health(
+    inventory: Arc<Inventory>,
+    tx: watch::Sender<Seen>,
+    poll: Duration,
+    log: fn(&str),
+) {
     loop {
         tokio::time::sleep(poll).await;
         let inv = Arc::clone(&inventory);
         let topo = match tokio::task::spawn_blocking(move || inv.scan()).await {
             Ok(Ok(topo)) => Arc::new(topo),
             Ok(Err(e)) => {
-                eprintln!("device-plugin: reading sysfs: {e}");
+                log(&format!("reading sysfs: {e}"));
                 continue;
             }
             Err(e) => {
-                eprintln!("device-plugin: reading sysfs: {e}");
+                log(&format!("reading sysfs: {e}"));
                 continue;
             }
         };
@@ -82,7 +92,7 @@ async fn poll_health(inventory: Arc<Inventory>, tx: watch::Sender<Seen>, poll: D
                 return false;
             }
             for d in &devices {
-                eprintln!("device-plugin: {} {}", d.id, d.health);
+                log(&format!("{} {}", d.id, d.health));
             }
             seen.devices = devices;
             true
@@ -98,6 +108,7 @@ async fn generation(
     health: &watch::Receiver<Seen>,
     mut quit: watch::Receiver<bool>,
 ) -> Result<Next, DevicePluginError> {
+    let log = config.log;
     let endpoint = socket_name(&config.resource);
     let sock = config.kubelet_dir.join(&endpoint);
     // A socket left by an earlier run refuses the bind.
@@ -128,24 +139,24 @@ async fn generation(
             match register(&kubelet, &endpoint, &config.resource).await {
                 Ok(()) => {
                     registered = identity(&kubelet);
-                    eprintln!(
-                        "device-plugin: registered {} at {} with {}",
+                    log(&format!(
+                        "registered {} at {} with {}",
                         config.resource,
                         sock.display(),
                         kubelet.display()
-                    );
+                    ));
                 }
                 Err(e) if e != last_error => {
-                    eprintln!(
-                        "device-plugin: registering with {}: {e}; retrying",
+                    log(&format!(
+                        "registering with {}: {e}; retrying",
                         kubelet.display()
-                    );
+                    ));
                     last_error = e;
                 }
                 Err(_) => {}
             }
         } else if identity(&kubelet) != registered || !sock.exists() {
-            eprintln!("device-plugin: the kubelet restarted; registering again");
+            log("the kubelet restarted; registering again");
             break Next::Restart;
         }
         tokio::select! {
@@ -156,8 +167,8 @@ async fn generation(
     let _ = stop_tx.send(true);
     tokio::select! {
         r = &mut server => match r {
-            Ok(Err(e)) => eprintln!("device-plugin: server: {e}"),
-            Err(e) => eprintln!("device-plugin: server task: {e}"),
+            Ok(Err(e)) => log(&format!("server: {e}")),
+            Err(e) => log(&format!("server task: {e}")),
             Ok(Ok(())) => {}
         },
         _ = tokio::time::sleep(Duration::from_secs(2)) => server.abort(),

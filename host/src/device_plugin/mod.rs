@@ -30,6 +30,9 @@ pub struct Config {
     pub sysfs_root: PathBuf,
     /// How often health and kubelet.sock are checked.
     pub poll: Duration,
+    /// Where the plugin's messages go (registrations, health changes, errors
+    /// it retries): the library prints nothing itself.
+    pub log: fn(&str),
 }
 
 /// Why the device plugin stopped.
@@ -55,12 +58,12 @@ pub enum DevicePluginError {
 pub fn run(config: Config) -> Result<(), DevicePluginError> {
     let inventory = Inventory::discover(&config.sysfs_root, &config.resource, config.selector)?;
     let ids: Vec<String> = inventory.gpus().iter().map(|b| b.to_string()).collect();
-    eprintln!(
-        "device-plugin: {} offers {} GPU(s) bound to vfio-pci: {}",
+    (config.log)(&format!(
+        "{} offers {} GPU(s) bound to vfio-pci: {}",
         config.resource,
         ids.len(),
         ids.join(",")
-    );
+    ));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
