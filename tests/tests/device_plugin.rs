@@ -221,6 +221,18 @@ async fn registers_again_when_the_kubelet_restarts() {
 }
 
 #[tokio::test]
+async fn registers_again_when_the_kubelet_removes_the_plugin_socket() {
+    // A restarting kubelet removes the plugins' sockets from its directory.
+    let mut s = setup().await;
+    std::fs::remove_file(s.dir.path().join(&s.first.endpoint)).unwrap();
+    let second = s.kubelet.next_registration().await;
+    assert_eq!(second, s.first);
+    let mut c = client(s.dir.path(), &second).await;
+    let got = c.get_device_plugin_options().await.unwrap().into_inner();
+    assert_eq!(Some(got), s.first.options);
+}
+
+#[tokio::test]
 async fn list_and_watch_marks_an_unbound_gpu_unhealthy() {
     let s = setup().await;
     let mut c = client(s.dir.path(), &s.first).await;

@@ -2,7 +2,6 @@
 //! kubelet.sock, and when the kubelet restarts (kubelet.sock replaced, or our
 //! socket removed, as a restarting kubelet does) serve and register again.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +13,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use super::api::*;
 use super::inventory::{socket_name, Inventory};
 use super::plugin::{options, Plugin, Seen};
+use super::restart::RestartWatch;
 use super::{Config, DevicePluginError};
 
 /// What ended a server generation.
@@ -22,14 +22,6 @@ enum Next {
     Restart,
     /// SIGTERM or SIGINT.
     Stop,
-}
-
-/// Which kubelet.sock we registered with: a new file is a new kubelet.
-type Identity = (u64, u64, i64, i64);
-
-fn identity(path: &Path) -> Option<Identity> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// Serves until SIGTERM or SIGINT.
@@ -132,13 +124,21 @@ async fn generation(
             }),
     );
     let kubelet = config.kubelet_dir.join(KUBELET_SOCKET);
-    let mut registered = None;
+    let (mut restart, no_inotify) = RestartWatch::new(&config.kubelet_dir, &endpoint);
+    if let Some(e) = no_inotify {
+        log(&format!(
+            "no inotify ({e}): checking kubelet.sock by polling alone"
+        ));
+    }
+    let mut registered = false;
     let mut last_error = String::new();
     let next = loop {
-        if registered.is_none() {
+        if !registered {
+            restart.clear();
             match register(&kubelet, &endpoint, &config.resource).await {
                 Ok(()) => {
-                    registered = identity(&kubelet);
+                    registered = true;
+                    restart.registered();
                     log(&format!(
                         "registered {} at {} with {}",
                         config.resource,
@@ -155,7 +155,7 @@ async fn generation(
                 }
                 Err(_) => {}
             }
-        } else if identity(&kubelet) != registered || !sock.exists() {
+        } else if restart.restarted() {
             log("the kubelet restarted; registering again");
             break Next::Restart;
         }

@@ -10,6 +10,7 @@ pub mod api;
 pub mod inventory;
 mod lifecycle;
 mod plugin;
+mod restart;
 
 use std::path::PathBuf;
 use std::time::Duration;
