@@ -4,6 +4,7 @@
 //! where `nvidia-smi` cannot run), discovers NVLink, and captures trees for tests.
 
 pub mod check;
+pub mod device_plugin;
 pub mod nvlink;
 pub mod overlay;
 pub mod serve;

@@ -5,6 +5,7 @@ mod apply;
 mod assets;
 mod check;
 mod choose;
+mod device_plugin;
 mod domain;
 mod inject;
 mod kubevirt;
@@ -51,6 +52,10 @@ enum Command {
     /// GetPreferredAllocation): one clique, IOMMU groups whole, least
     /// fragmentation; the chosen ids in order, with reasons.
     Allocate(allocate::AllocateArgs),
+    /// Kubernetes device plugin (kubelet API v1beta1) for GPUs bound to
+    /// vfio-pci: registers the resource, reports health, answers
+    /// GetPreferredAllocation with the chooser and Allocate with /dev/vfio.
+    DevicePlugin(device_plugin::DevicePluginArgs),
     /// Hooks for orchestrators: `kubevirt on-define-domain` patches the domain
     /// KubeVirt's virt-launcher defines (run by its sidecar-shim).
     Kubevirt(kubevirt::KubevirtArgs),
@@ -73,7 +78,7 @@ enum Command {
 impl Cli {
     /// Whether the command is the long-running vfio-user server.
     pub fn is_server(&self) -> bool {
-        matches!(self.command, Command::Serve(_))
+        matches!(self.command, Command::Serve(_) | Command::DevicePlugin(_))
     }
 }
 
@@ -84,6 +89,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(a) => plan::run(a),
         Command::Apply(a) => apply::run(a),
         Command::Allocate(a) => allocate::run(a),
+        Command::DevicePlugin(a) => device_plugin::run(a),
         Command::Kubevirt(a) => kubevirt::run(a),
         Command::Check(a) => check::run(a),
         Command::Inject(a) => inject::run(a),

@@ -1,0 +1,41 @@
+//! `p2p-host device-plugin`: the Kubernetes device plugin (the one command
+//! that starts an async runtime).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use p2p_host::device_plugin::{self, api, Config, Selector};
+
+#[derive(Debug, Args)]
+pub struct DevicePluginArgs {
+    /// The extended resource to offer, e.g. nvidia.com/GH100_H100_SXM5_80GB
+    /// (KubeVirt's permittedHostDevices resourceName).
+    #[arg(long, value_name = "NAME")]
+    resource: String,
+    /// Offer the functions of this vendor and device ID (hex, e.g. 10DE:2330);
+    /// by default NVIDIA display functions. Only those bound to vfio-pci.
+    #[arg(long, value_name = "VENDOR:DEVICE")]
+    selector: Option<Selector>,
+    /// The kubelet's device-plugins directory (kubelet.sock).
+    #[arg(long, value_name = "DIR", default_value = api::DEVICE_PLUGIN_PATH)]
+    kubelet_dir: PathBuf,
+    /// sysfs tree to read the GPUs and their health from.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Milliseconds between health and kubelet.sock checks.
+    #[arg(long, value_name = "MS", default_value_t = 1000, hide = true)]
+    poll_ms: u64,
+}
+
+pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {
+    device_plugin::run(Config {
+        resource: args.resource,
+        selector: args.selector.unwrap_or(Selector::Nvidia),
+        kubelet_dir: args.kubelet_dir,
+        sysfs_root: args.sysfs_root,
+        poll: Duration::from_millis(args.poll_ms.max(10)),
+        log: |m| eprintln!("device-plugin: {m}"),
+    })?;
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! `p2p-host device-plugin`: a Kubernetes device plugin (kubelet API v1beta1)
+//! for GPUs bound to vfio-pci, whose GetPreferredAllocation is vp2p's chooser.
+//!
+//! The async gRPC stack (tokio, tonic) lives here and only here: [`run`]
+//! starts the one runtime of the process; no other command starts one.
+//! [`api`] is the protocol (both sides, so tests can play the kubelet),
+//! [`inventory`] the plugin's answers without gRPC.
+
+pub mod api;
+pub mod inventory;
+mod lifecycle;
+mod plugin;
+mod restart;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use inventory::{kubevirt_env_var, socket_name, Inventory, Selector};
+pub use plugin::options;
+
+/// What `p2p-host device-plugin` was asked for.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The extended resource offered (`vendor-domain/resourcetype`).
+    pub resource: String,
+    /// Which functions are the resource's GPUs.
+    pub selector: Selector,
+    /// The kubelet's device-plugins directory (kubelet.sock and our socket).
+    pub kubelet_dir: PathBuf,
+    /// The sysfs tree the GPUs and their health are read from.
+    pub sysfs_root: PathBuf,
+    /// How often health and kubelet.sock are checked.
+    pub poll: Duration,
+    /// Where the plugin's messages go (registrations, health changes, errors
+    /// it retries): the library prints nothing itself.
+    pub log: fn(&str),
+}
+
+/// Why the device plugin stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DevicePluginError {
+    /// The sysfs tree could not be read.
+    #[error("reading sysfs: {0}")]
+    Scan(#[from] crate::sysfs::ScanError),
+    /// Our socket could not be made.
+    #[error("listening on {}: {source}", path.display())]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The runtime or a signal handler could not be set up.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Finds the GPUs, then serves and registers until SIGTERM or SIGINT.
+pub fn run(config: Config) -> Result<(), DevicePluginError> {
+    let inventory = Inventory::discover(&config.sysfs_root, &config.resource, config.selector)?;
+    let ids: Vec<String> = inventory.gpus().iter().map(|b| b.to_string()).collect();
+    (config.log)(&format!(
+        "{} offers {} GPU(s) bound to vfio-pci: {}",
+        config.resource,
+        ids.len(),
+        ids.join(",")
+    ));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(lifecycle::serve(config, inventory))
+}
