@@ -17,6 +17,7 @@ pub mod gpu;
 pub mod guest_layout;
 pub mod hex;
 pub mod iommu_groups;
+pub mod nccl_rules;
 pub mod nccl_topo;
 pub mod pci;
 pub mod pcie_cost;

@@ -3,6 +3,7 @@
 mod assets;
 mod bench;
 mod compare;
+mod nccl_explain;
 mod nccl_topo;
 mod probe;
 mod schema;

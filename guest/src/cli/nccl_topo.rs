@@ -24,6 +24,10 @@ enum Action {
     /// Install the file the host handed over through fw_cfg (or --from FILE)
     /// after checking every bus id in it against this VM.
     Install(InstallArgs),
+    /// What NCCL will do in this VM and why: the file it loads, per GPU pair
+    /// the path, P2P level and transport, per GPU its NIC and GPUDirect RDMA,
+    /// and where NCCL and the driver disagree (NCCL 2.28.3's rules).
+    Explain(super::nccl_explain::ExplainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -59,7 +63,7 @@ struct DeriveArgs {
     assume_clique: Vec<(Bdf, u8)>,
 }
 
-fn parse_assume(s: &str) -> Result<(Bdf, u8), String> {
+pub(super) fn parse_assume(s: &str) -> Result<(Bdf, u8), String> {
     let (b, n) = s.split_once('=').ok_or("want BDF=N")?;
     let bdf: Bdf = b
         .parse()
@@ -125,6 +129,7 @@ fn print_report(r: &NcclTopoReport, json: bool, show_xml: bool) -> anyhow::Resul
 
 pub fn run(args: NcclTopoArgs) -> anyhow::Result<()> {
     match args.action {
+        Some(Action::Explain(a)) => super::nccl_explain::run(a),
         Some(Action::Install(a)) => {
             let from = a
                 .from

@@ -3,6 +3,7 @@
 //! handed over through fw_cfg after checking it against the guest's own PCI
 //! functions. Either way it ends where NCCL looks by default.
 
+pub mod explain;
 mod file;
 mod functions;
 

@@ -38,7 +38,13 @@ fn cpu_open(c: &NcclCpu) -> String {
     s
 }
 
-fn pci(out: &mut String, p: &NcclPci, depth: usize) {
+/// The `<nvlink>` that hides NVLink from NCCL: a GPU with any `<nvlink>` in
+/// the file is not asked of NVML (NCCL src/graph/xml.cc), and a target that is
+/// no GPU of the VM adds no link, so NCCL decides from the PCIe tree alone.
+pub const PLACEHOLDER_NVLINK: &str =
+    "<gpu><nvlink target=\"0000:fe:1f.0\" count=\"1\" tclass=\"0x030200\"/></gpu>";
+
+fn pci(out: &mut String, p: &NcclPci, depth: usize, hide_nvlink: bool) {
     let pad = "  ".repeat(depth);
     let _ = write!(out, "{pad}<pci");
     attr(out, "busid", p.busid);
@@ -62,24 +68,38 @@ fn pci(out: &mut String, p: &NcclPci, depth: usize) {
         attr(out, "link_width", w);
     }
     if p.children.is_empty() {
-        out.push_str("/>\n");
+        if hide_nvlink && p.class >> 16 == 0x03 {
+            let _ = writeln!(out, ">{PLACEHOLDER_NVLINK}</pci>");
+        } else {
+            out.push_str("/>\n");
+        }
         return;
     }
     out.push_str(">\n");
     for c in &p.children {
-        pci(out, c, depth + 1);
+        pci(out, c, depth + 1, hide_nvlink);
     }
     let _ = writeln!(out, "{pad}</pci>");
 }
 
 /// The file's text.
 pub fn render(system: &NcclSystem) -> String {
+    render_with(system, false)
+}
+
+/// The file's text with NVLink hidden from NCCL: [`PLACEHOLDER_NVLINK`] in
+/// every GPU, so a machine with NVLink shows NCCL's PCIe decision.
+pub fn render_hiding_nvlink(system: &NcclSystem) -> String {
+    render_with(system, true)
+}
+
+fn render_with(system: &NcclSystem, hide_nvlink: bool) -> String {
     let mut out = format!("<system version=\"{NCCL_TOPO_VERSION}\">\n");
     for c in &system.cpus {
         out.push_str(&cpu_open(c));
         out.push('\n');
         for p in &c.pci {
-            pci(&mut out, p, 2);
+            pci(&mut out, p, 2, hide_nvlink);
         }
         out.push_str("  </cpu>\n");
     }

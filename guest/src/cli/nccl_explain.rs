@@ -1,0 +1,287 @@
+//! `p2p-guest nccl-topo explain`: what NCCL will do in this VM, and why.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use p2p_guest::nccl_topo::explain::{
+    self, ExplainInputs, ExplainReport, ExplainedPair, FileChoice, EXPLAIN_SCHEMA,
+    NCCL_RULES_VERSION,
+};
+use p2p_guest::nccl_topo::{self, NcclTopoError};
+use p2p_guest::probe::{self, ProbeOptions};
+use p2p_shared::nccl_rules::{self, Graph};
+use p2p_shared::nccl_topo::{render, NCCL_DEFAULT_PATH};
+use p2p_shared::report::Table;
+use p2p_shared::Bdf;
+
+/// Exit status when the VM has no GPU and no --file was given.
+pub const NO_GPU_EXIT: i32 = 2;
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// sysfs tree to read (the live /sys, or a captured tree).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Explain this file as NCCL would read it, whatever NCCL_TOPO_FILE says;
+    /// outside a VM (no GPU in the sysfs tree), as NCCL would read it in a VM
+    /// that matches it.
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
+    /// Where NCCL looks when NCCL_TOPO_FILE is unset.
+    #[arg(long, value_name = "PATH", default_value = NCCL_DEFAULT_PATH)]
+    default_path: PathBuf,
+    /// CPU identity (vendor_id, cpu family, model) NCCL reads from cpuid.
+    #[arg(long, value_name = "PATH", default_value = "/proc/cpuinfo")]
+    cpuinfo: PathBuf,
+    /// Do not ask CUDA and NVML (the driver's answers then come from the
+    /// capability and are marked as such).
+    #[arg(long)]
+    no_driver: bool,
+    /// What-if: explain the file `p2p-guest nccl-topo --assume-clique` would
+    /// write, with GPU BDF in clique N; repeatable.
+    #[arg(long, value_name = "BDF=N", value_parser = super::nccl_topo::parse_assume)]
+    assume_clique: Vec<(Bdf, u8)>,
+    /// What-if: NVLink hidden from NCCL (its placeholder `<nvlink>` under each
+    /// GPU), so an NVLink machine shows NCCL's PCIe decision.
+    #[arg(long)]
+    hide_nvlink: bool,
+    /// Print a JSON report (schema vp2p.nccl-explain/1) instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+fn load(
+    inputs: &ExplainInputs,
+    choice: &FileChoice,
+) -> anyhow::Result<Option<nccl_rules::TopoXml>> {
+    let Some(path) = &choice.path else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "{path} ({}): cannot be read{}",
+            choice.why,
+            if inputs.file.is_none() {
+                "; NCCL stops at initialisation when NCCL_TOPO_FILE names a file it cannot read"
+            } else {
+                ""
+            }
+        )
+    })?;
+    let xml = nccl_rules::parse(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+    Ok(Some(xml))
+}
+
+pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
+    let environment: Vec<(String, String)> = std::env::vars().collect();
+    let env = explain::read_env(&environment);
+    let inputs = ExplainInputs {
+        sysfs_root: a.sysfs_root.clone(),
+        file: a.file.clone(),
+        default_path: a.default_path.clone(),
+        cpuinfo: a.cpuinfo.clone(),
+        environment,
+    };
+    let (probe, _cuda) = probe::probe(
+        &a.sysfs_root,
+        &ProbeOptions {
+            use_driver: !a.no_driver,
+        },
+    )
+    .with_context(|| format!("reading the GPUs of {}", a.sysfs_root.display()))?;
+    let mut what_if = Vec::new();
+    let (choice, xml) = if !a.assume_clique.is_empty() {
+        let (system, _) = nccl_topo::derive(&a.sysfs_root, &a.assume_clique)?;
+        let text = render(&system);
+        let list: Vec<String> = a
+            .assume_clique
+            .iter()
+            .map(|(b, c)| format!("{b}={c}"))
+            .collect();
+        what_if.push(format!("--assume-clique {}", list.join(" ")));
+        let xml = nccl_rules::parse(&text).map_err(|e| anyhow::anyhow!("derived file: {e}"))?;
+        (
+            FileChoice {
+                path: None,
+                why: "what-if: the file `p2p-guest nccl-topo --assume-clique` would write".into(),
+            },
+            Some(xml),
+        )
+    } else {
+        let choice = explain::choose_file(&inputs, &env);
+        let xml = load(&inputs, &choice)?;
+        (choice, xml)
+    };
+    let cpu = explain::read_cpu(&a.cpuinfo);
+    let facts = if probe.gpus.is_empty() {
+        match &xml {
+            Some(x) if a.file.is_some() => explain::facts_from_file(x, cpu.clone()),
+            _ => {
+                let root = p2p_guest::probe::sysfs::resolve_root(&a.sysfs_root);
+                eprintln!(
+                    "p2p-guest: no NVIDIA GPU in {}: nothing for NCCL to do here (explain a file outside a VM with --file)",
+                    root.display()
+                );
+                std::process::exit(NO_GPU_EXIT);
+            }
+        }
+    } else {
+        explain::vm_facts(&a.sysfs_root, &probe, cpu.clone())
+            .map_err(|e: NcclTopoError| anyhow::anyhow!(e))?
+    };
+    let mut eff = nccl_rules::effective(xml.as_ref(), &facts);
+    if a.hide_nvlink {
+        what_if.push("--hide-nvlink".into());
+        nccl_rules::fill::hide_nvlink(&mut eff);
+    }
+    let graph = Graph::build(&eff.xml);
+    let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
+    let in_vm = !probe.gpus.is_empty();
+    let answers = |x: Bdf, y: Bdf| {
+        if in_vm {
+            explain::driver_answer(&probe, x, y)
+        } else {
+            (
+                nccl_rules::DriverP2p::Unknown,
+                Some("no VM here: taken as allowed".into()),
+            )
+        }
+    };
+    let pred = nccl_rules::predict(&graph, &env, &order, &|x, y| answers(x, y).0);
+    let pairs: Vec<ExplainedPair> = pred
+        .pairs
+        .into_iter()
+        .map(|p| {
+            let driver_decision = answers(p.a, p.b).1;
+            ExplainedPair {
+                nccl: p,
+                driver_decision,
+            }
+        })
+        .collect();
+    let report = ExplainReport {
+        schema: EXPLAIN_SCHEMA.into(),
+        nccl_rules: NCCL_RULES_VERSION.into(),
+        mismatches: explain::mismatches(&pairs, &choice),
+        file: choice,
+        what_if,
+        variables: env.settings.clone(),
+        cpu: facts_cpu(&eff.xml, &cpu),
+        notes: eff.notes,
+        pairs,
+        gpus: pred.gpus,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_text(&report));
+    }
+    Ok(())
+}
+
+/// The CPU NCCL decides with: the first `<cpu>` after filling.
+fn facts_cpu(
+    xml: &nccl_rules::TopoXml,
+    fallback: &nccl_rules::CpuIdentity,
+) -> nccl_rules::CpuIdentity {
+    match xml.cpus.first() {
+        Some(c) => nccl_rules::CpuIdentity {
+            arch: c.arch.clone().unwrap_or_else(|| fallback.arch.clone()),
+            vendor: c.vendor.clone(),
+            familyid: c.familyid,
+            modelid: c.modelid,
+        },
+        None => fallback.clone(),
+    }
+}
+
+/// The report as tables and lists.
+pub fn render_text(r: &ExplainReport) -> String {
+    let mut out = format!(
+        "NCCL {} rules\nfile: {}{}\n",
+        r.nccl_rules,
+        r.file
+            .path
+            .as_deref()
+            .map_or(String::new(), |p| format!("{p}: ")),
+        r.file.why
+    );
+    for w in &r.what_if {
+        out.push_str(&format!("what-if: {w}\n"));
+    }
+    if r.variables.is_empty() {
+        out.push_str("variables: none set\n");
+    } else {
+        for s in &r.variables {
+            out.push_str(&format!("variable: {s}\n"));
+        }
+    }
+    out.push_str(&format!(
+        "cpu: {} {}{}\n",
+        r.cpu.arch,
+        r.cpu.vendor.as_deref().unwrap_or("(vendor unknown)"),
+        match (r.cpu.familyid, r.cpu.modelid) {
+            (Some(f), Some(m)) => format!(" family {f} model {m}"),
+            _ => String::new(),
+        }
+    ));
+    if !r.pairs.is_empty() {
+        let mut t = Table::new(["PAIR", "PATH", "P2P LEVEL", "DRIVER", "NCCL", "DECIDED BY"]);
+        for p in &r.pairs {
+            let v = &p.nccl;
+            t.row([
+                format!("{}-{}", v.a, v.b),
+                v.path.to_string(),
+                v.p2p_level.to_string(),
+                format!("{:?}", v.driver).to_lowercase(),
+                v.transport.to_string(),
+                if v.decided_by.is_empty() {
+                    "defaults".into()
+                } else {
+                    v.decided_by.join("; ")
+                },
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&t.render());
+    }
+    let mut t = Table::new(["GPU", "NET", "NIC", "PATH", "GDR WRITE", "GDR READ"]);
+    for g in &r.gpus {
+        t.row([
+            g.gpu.to_string(),
+            g.net.clone().unwrap_or_else(|| "-".into()),
+            g.nic.map_or("-".into(), |b| b.to_string()),
+            g.path.map_or("-".into(), |p| p.to_string()),
+            if g.gdr_write { "yes" } else { "no" }.into(),
+            if g.gdr_read { "yes" } else { "no" }.into(),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&t.render());
+    out.push_str("\nwhy:\n");
+    for p in &r.pairs {
+        out.push_str(&format!("  {}-{}:\n", p.nccl.a, p.nccl.b));
+        for why in &p.nccl.reasons {
+            out.push_str(&format!("    {why}\n"));
+        }
+    }
+    for g in &r.gpus {
+        out.push_str(&format!("  {}:\n", g.gpu));
+        for why in &g.reasons {
+            out.push_str(&format!("    {why}\n"));
+        }
+    }
+    out.push_str("placed:\n");
+    for n in &r.notes {
+        out.push_str(&format!("  {n}\n"));
+    }
+    if r.mismatches.is_empty() {
+        out.push_str("NCCL and the driver agree on every pair\n");
+    } else {
+        for m in &r.mismatches {
+            out.push_str(&format!("MISMATCH: {m}\n"));
+        }
+    }
+    out
+}

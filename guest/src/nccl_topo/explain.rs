@@ -1,0 +1,393 @@
+//! `p2p-guest nccl-topo explain`: the facts NCCL takes from this VM (GPUs,
+//! their sysfs places, NICs, NVLinks, the CPU, the variables and nccl.conf),
+//! the file it will load, and NCCL's verdicts on them
+//! ([`p2p_shared::nccl_rules`]), set against the driver's decisions.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use p2p_shared::nccl_rules::env::{parse_conf, Setting};
+use p2p_shared::nccl_rules::{
+    self, CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, PairVerdict, TopoXml, Transport, VmFacts,
+    VmFunction, VmNic,
+};
+use p2p_shared::Bdf;
+use serde::{Deserialize, Serialize};
+
+use super::functions::read_functions;
+use super::NcclTopoError;
+use crate::decide::Verdict;
+use crate::probe::report::ProbeReport;
+use crate::probe::sysfs::resolve_root;
+
+/// Schema name of the JSON report.
+pub const EXPLAIN_SCHEMA: &str = "vp2p.nccl-explain/1";
+/// The NCCL release whose rules are applied.
+pub const NCCL_RULES_VERSION: &str = "2.28.3";
+
+/// The file NCCL will load, and why that one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FileChoice {
+    /// The path; None when NCCL loads no file and reads sysfs alone.
+    pub path: Option<String>,
+    /// `--file`, `NCCL_TOPO_FILE (environment)`, `NCCL's default path`, or why none.
+    pub why: String,
+}
+
+/// One pair: NCCL's verdict and the driver's decision beside it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ExplainedPair {
+    /// NCCL's verdict.
+    #[serde(flatten)]
+    pub nccl: PairVerdict,
+    /// What `probe` decided for the pair (enable, disable, unknown) and why.
+    pub driver_decision: Option<String>,
+}
+
+/// `p2p-guest nccl-topo explain`'s report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ExplainReport {
+    /// Always `vp2p.nccl-explain/1`.
+    pub schema: String,
+    /// Whose rules: `2.28.3`.
+    pub nccl_rules: String,
+    /// The file NCCL loads.
+    pub file: FileChoice,
+    /// What-if options applied (`--assume-clique`, `--hide-nvlink`).
+    pub what_if: Vec<String>,
+    /// Every NCCL variable set, with its source.
+    pub variables: Vec<Setting>,
+    /// The CPU NCCL sees (the file's `<cpu>`, else this machine's).
+    pub cpu: CpuIdentity,
+    /// Where NCCL placed each GPU and NIC from, what it dropped and filled.
+    pub notes: Vec<String>,
+    /// Per GPU pair.
+    pub pairs: Vec<ExplainedPair>,
+    /// Per GPU: its NIC and GPUDirect RDMA.
+    pub gpus: Vec<GpuVerdict>,
+    /// Where NCCL and the driver disagree, with what to change.
+    pub mismatches: Vec<String>,
+}
+
+/// Where explain reads its facts.
+#[derive(Debug, Clone)]
+pub struct ExplainInputs {
+    /// The sysfs tree.
+    pub sysfs_root: PathBuf,
+    /// `--file`: explain this file regardless of the environment.
+    pub file: Option<PathBuf>,
+    /// NCCL's default path (`/var/run/nvidia-topologyd/virtualTopology.xml`).
+    pub default_path: PathBuf,
+    /// `/proc/cpuinfo`.
+    pub cpuinfo: PathBuf,
+    /// The process environment (name, value).
+    pub environment: Vec<(String, String)>,
+}
+
+/// Which file NCCL loads (src/graph/topo.cc, `ncclTopoGetSystem`):
+/// `NCCL_TOPO_FILE` when set (a missing file is an error there), else the
+/// default path when it exists, else none.
+pub fn choose_file(inputs: &ExplainInputs, env: &NcclEnv) -> FileChoice {
+    if let Some(f) = &inputs.file {
+        return FileChoice {
+            path: Some(f.display().to_string()),
+            why: "given with --file".into(),
+        };
+    }
+    if let Some(s) = env.get("NCCL_TOPO_FILE") {
+        return FileChoice {
+            path: Some(s.value.clone()),
+            why: format!("NCCL_TOPO_FILE ({})", s.source),
+        };
+    }
+    if inputs.default_path.is_file() {
+        return FileChoice {
+            path: Some(inputs.default_path.display().to_string()),
+            why: "NCCL's default path (NCCL_TOPO_FILE unset)".into(),
+        };
+    }
+    FileChoice {
+        path: None,
+        why: format!(
+            "none: NCCL_TOPO_FILE unset and {} absent, so NCCL reads the PCI tree from sysfs",
+            inputs.default_path.display()
+        ),
+    }
+}
+
+/// The NCCL variables from the environment, then `NCCL_CONF_FILE` or
+/// `~/.nccl.conf`, then `/etc/nccl.conf` (NCCL's `initEnv`).
+pub fn read_env(environment: &[(String, String)]) -> NcclEnv {
+    let mut items: Vec<(String, String, String)> = environment
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone(), "environment".to_string()))
+        .collect();
+    let get = |k: &str| {
+        environment
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    let user = get("NCCL_CONF_FILE").or_else(|| get("HOME").map(|h| format!("{h}/.nccl.conf")));
+    for f in user.into_iter().chain(["/etc/nccl.conf".to_string()]) {
+        if let Ok(t) = fs::read_to_string(&f) {
+            for (k, v) in parse_conf(&t) {
+                items.push((k, v, f.clone()));
+            }
+        }
+    }
+    NcclEnv::from_sources(
+        items
+            .iter()
+            .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str())),
+    )
+}
+
+/// The CPU as NCCL reads it from cpuid: `vendor_id`, `cpu family`, `model`
+/// of /proc/cpuinfo; the architecture this binary was built for.
+pub fn read_cpu(cpuinfo: &Path) -> CpuIdentity {
+    let text = fs::read_to_string(cpuinfo).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    CpuIdentity {
+        arch: std::env::consts::ARCH.to_string(),
+        vendor: field("vendor_id"),
+        familyid: field("cpu family").and_then(|v| v.parse().ok()),
+        modelid: field("model").and_then(|v| v.parse().ok()),
+    }
+}
+
+/// The bridges above a function, root port first, from its sysfs path
+/// (`devices/pci0000:00/0000:00:01.0/0000:01:00.0`).
+fn bridges(root: &Path, bdf: Bdf) -> Vec<Bdf> {
+    let link = root.join("bus/pci/devices").join(bdf.to_string());
+    let Ok(target) = fs::read_link(&link) else {
+        return Vec::new();
+    };
+    let parts: Vec<Bdf> = target
+        .components()
+        .filter_map(|c| c.as_os_str().to_str()?.parse().ok())
+        .collect();
+    parts[..parts.len().saturating_sub(1)].to_vec()
+}
+
+fn function(root: &Path, f: &super::functions::GuestFunction, bdf: Bdf) -> VmFunction {
+    VmFunction {
+        busid: bdf,
+        class: f.class,
+        numa: f.numa_node.map_or(-1, |n| n as i32),
+        bridges: bridges(root, bdf),
+        link_speed: f
+            .link
+            .max_speed
+            .clone()
+            .or_else(|| f.link.current_speed.clone()),
+        link_width: f.link.max_width.or(f.link.current_width).map(u32::from),
+    }
+}
+
+/// Mb/s from an InfiniBand port's `rate` (`400 Gb/sec (4X NDR)`).
+fn ib_rate(text: &str) -> Option<u64> {
+    let mut it = text.split_whitespace();
+    let n: f64 = it.next()?.parse().ok()?;
+    match it.next()? {
+        "Gb/sec" => Some((n * 1000.0) as u64),
+        "Mb/sec" => Some(n as u64),
+        _ => None,
+    }
+}
+
+/// NICs as NCCL's net plugins list them: InfiniBand/RoCE devices when there
+/// are any (GPUDirect RDMA when nvidia-peermem is loaded), else one socket
+/// interface below the CPU (never GPUDirect RDMA).
+fn read_nics(
+    root: &Path,
+    functions: &std::collections::BTreeMap<Bdf, super::functions::GuestFunction>,
+) -> Vec<VmNic> {
+    let peermem = [
+        "module/nvidia_peermem",
+        "kernel/mm/memory_peers/nv_mem/version",
+        "kernel/mm/memory_peers/nv_mem_nc/version",
+    ]
+    .iter()
+    .any(|p| root.join(p).exists());
+    let mut out = Vec::new();
+    if let Ok(dir) = fs::read_dir(root.join("class/infiniband")) {
+        let mut names: Vec<_> = dir
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for name in names {
+            let dev = root.join("class/infiniband").join(&name).join("device");
+            let bdf = fs::read_link(&dev)
+                .ok()
+                .and_then(|t| t.file_name()?.to_str()?.parse::<Bdf>().ok());
+            let rate = fs::read_to_string(
+                root.join("class/infiniband")
+                    .join(&name)
+                    .join("ports/1/rate"),
+            )
+            .ok()
+            .and_then(|t| ib_rate(&t));
+            out.push(VmNic {
+                name,
+                function: bdf.and_then(|b| functions.get(&b).map(|f| function(root, f, b))),
+                speed_mbps: rate.unwrap_or(100_000),
+                gdr: peermem,
+            });
+        }
+    }
+    if out.is_empty() {
+        if let Ok(dir) = fs::read_dir(root.join("class/net")) {
+            let mut names: Vec<_> = dir
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != "lo" && !n.starts_with("docker") && !n.starts_with("virbr"))
+                .collect();
+            names.sort();
+            if let Some(name) = names.into_iter().next() {
+                let speed = fs::read_to_string(root.join("class/net").join(&name).join("speed"))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<i64>().ok())
+                    .filter(|s| *s > 0)
+                    .map_or(10_000, |s| s as u64);
+                out.push(VmNic {
+                    name,
+                    function: None,
+                    speed_mbps: speed,
+                    gdr: false,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The VM's facts: GPUs (in the probe's CUDA order, else by address), NICs,
+/// NVLinks (the probe's NVML view), the CPU.
+pub fn vm_facts(
+    root: &Path,
+    probe: &ProbeReport,
+    cpu: CpuIdentity,
+) -> Result<VmFacts, NcclTopoError> {
+    let root = resolve_root(root);
+    let functions = read_functions(&root)?;
+    let mut gpus: Vec<_> = probe.gpus.iter().collect();
+    gpus.sort_by_key(|g| (g.cuda_ordinal.map_or(u32::MAX, |o| o.0 as u32), g.bdf));
+    let gpus = gpus
+        .iter()
+        .filter_map(|g| functions.get(&g.bdf).map(|f| function(&root, f, g.bdf)))
+        .collect();
+    let nvlinks = probe.nvml.is_none().then(|| {
+        probe
+            .pairs
+            .iter()
+            .filter_map(|p| p.nvlinks.map(|n| (p.a, p.b, n)))
+            .collect()
+    });
+    Ok(VmFacts {
+        cpu,
+        gpus,
+        nics: read_nics(&root, &functions),
+        nvlinks,
+    })
+}
+
+/// The driver's answer for a pair from the probe: CUDA's own when it was
+/// asked, else the probe's decision from the capability and NVLink.
+pub fn driver_answer(probe: &ProbeReport, a: Bdf, b: Bdf) -> (DriverP2p, Option<String>) {
+    let Some(d) = probe.decision(a, b) else {
+        return (DriverP2p::Unknown, None);
+    };
+    let said = format!("{:?}: {}", d.verdict, d.reasons.join(", ")).to_lowercase();
+    if let Some([ab, ba]) = d.cuda {
+        let ok = ab.can_access && ba.can_access;
+        return (
+            if ok {
+                DriverP2p::Allowed
+            } else {
+                DriverP2p::Refused
+            },
+            Some(format!(
+                "CUDA: peer access {}; {said}",
+                if ok { "allowed" } else { "refused" }
+            )),
+        );
+    }
+    let v = match d.verdict {
+        Verdict::Enable => DriverP2p::Allowed,
+        Verdict::Disable => DriverP2p::Refused,
+        Verdict::Unknown => DriverP2p::Unknown,
+    };
+    (v, Some(said))
+}
+
+/// Facts for a file explained outside any VM: its GPUs in file order, its
+/// NICs, the CPU from the file or this machine.
+pub fn facts_from_file(xml: &TopoXml, cpu: CpuIdentity) -> VmFacts {
+    fn walk(p: &[nccl_rules::xml::XmlPci], numa: i32, out: &mut Vec<VmFunction>) {
+        for n in p {
+            if n.class >> 16 == 0x03 {
+                out.push(VmFunction {
+                    busid: n.busid,
+                    class: n.class,
+                    numa,
+                    bridges: Vec::new(),
+                    link_speed: n.link_speed.clone(),
+                    link_width: n.link_width,
+                });
+            }
+            walk(&n.children, numa, out);
+        }
+    }
+    let mut gpus = Vec::new();
+    for c in &xml.cpus {
+        walk(&c.pci, c.numaid, &mut gpus);
+    }
+    VmFacts {
+        cpu,
+        gpus,
+        nics: Vec::new(),
+        nvlinks: None,
+    }
+}
+
+/// Disagreements between the driver and NCCL, each with what to change.
+pub fn mismatches(pairs: &[ExplainedPair], file: &FileChoice) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in pairs {
+        let v = &p.nccl;
+        let why = p.driver_decision.clone().unwrap_or_default();
+        match (v.driver, v.transport) {
+            (DriverP2p::Allowed, Transport::Shm | Transport::Net) if !v.topology_allows_p2p => {
+                let fix = match &file.path {
+                    None => "install the file (`p2p-guest nccl-topo install`, or `p2p-guest nccl-topo --install` from the cliques)".to_string(),
+                    Some(f) => format!("the file in force ({f}) puts them at {}; write it from the cliques (`p2p-guest nccl-topo`)", v.path),
+                };
+                out.push(format!(
+                    "the driver enables P2P for {}-{} ({why}), NCCL will not ({} beyond {}): {fix}",
+                    v.a, v.b, v.path, v.p2p_level
+                ));
+            }
+            (DriverP2p::Refused, t) if v.topology_allows_p2p => out.push(format!(
+                "NCCL's topology allows P2P for {}-{} ({} within {}) but the driver refuses it ({why}): NCCL uses {t}; {}",
+                v.a,
+                v.b,
+                v.path,
+                v.p2p_level,
+                if file.path.is_some() {
+                    "the file groups GPUs the hypervisor did not put in one clique"
+                } else {
+                    "give the GPUs a clique on the host (`p2p-host plan`)"
+                }
+            )),
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,317 @@
+//! An NCCL topology file, or NCCL's own dump (`NCCL_TOPO_DUMP_FILE`), read
+//! with everything NCCL's rules use: CPUs and their x86 identity, the PCI
+//! tree, `<gpu>` elements with their `<nvlink>`s, and NICs with their nets.
+
+use crate::bdf::Bdf;
+use crate::hex;
+
+/// Why a topology text cannot be read, with the 1-based line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {why}")]
+pub struct TopoXmlError {
+    /// The line of the offending element (1 when the text is not XML at all).
+    pub line: u32,
+    /// What is wrong, in words.
+    pub why: String,
+}
+
+/// A whole file: the `<cpu>` elements of `<system version="1">`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TopoXml {
+    /// One per NUMA node.
+    pub cpus: Vec<XmlCpu>,
+}
+
+/// A `<cpu>` and what hangs below it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XmlCpu {
+    /// `numaid`; -1 when NCCL does not know the node.
+    pub numaid: i32,
+    /// `arch` (`x86_64`, `arm64`, `ppc64`); None when the file leaves it to NCCL.
+    pub arch: Option<String>,
+    /// `vendor` (`GenuineIntel`, `AuthenticAMD`); None when left to NCCL.
+    pub vendor: Option<String>,
+    /// `familyid`, for Intel and Zhaoxin.
+    pub familyid: Option<u32>,
+    /// `modelid`, for Intel and Zhaoxin.
+    pub modelid: Option<u32>,
+    /// PCI nodes directly below the CPU.
+    pub pci: Vec<XmlPci>,
+    /// Nets of a `<nic>` placed directly below the CPU (NCCL's socket
+    /// transport puts a NIC without a PCI address there).
+    pub nets: Vec<XmlNet>,
+    /// Where the element starts.
+    pub line: u32,
+}
+
+/// A `<pci>`: a switch, a GPU or a NIC.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XmlPci {
+    /// `busid`.
+    pub busid: Bdf,
+    /// `class`, 24 bits.
+    pub class: u32,
+    /// `link_speed` as the kernel spells it (`32.0 GT/s PCIe`).
+    pub link_speed: Option<String>,
+    /// `link_width`; 0 or absent counts as 16.
+    pub link_width: Option<u32>,
+    /// The `<gpu>` child, when NCCL (or the file) put one.
+    pub gpu: Option<XmlGpu>,
+    /// Nets of the `<nic>` child.
+    pub nets: Vec<XmlNet>,
+    /// `<pci>` children.
+    pub children: Vec<XmlPci>,
+    /// Where the element starts.
+    pub line: u32,
+}
+
+/// A `<gpu>` element.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct XmlGpu {
+    /// `sm` (compute capability x 10), when written.
+    pub sm: Option<u32>,
+    /// `gdr`: GPUDirect RDMA support, when written.
+    pub gdr: Option<bool>,
+    /// `<nvlink>` children. Any one of them makes NCCL skip NVML's NVLink
+    /// detection for this GPU (src/graph/xml.cc).
+    pub nvlinks: Vec<XmlNvLink>,
+}
+
+/// An `<nvlink>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XmlNvLink {
+    /// `target`: the peer's bus id (a GPU, or an NVSwitch's placeholder id).
+    pub target: String,
+    /// `count`: links to that target.
+    pub count: u32,
+    /// `tclass`: the target's class (0x0302.. GPU, 0x068000 NVSwitch, 0x068001 CPU).
+    pub tclass: u32,
+}
+
+/// A `<net>` of a `<nic>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XmlNet {
+    /// `name` (`mlx5_0`, `eth0`).
+    pub name: String,
+    /// `speed` in Mb/s.
+    pub speed_mbps: Option<u64>,
+    /// `gdr`: the NIC can read and write GPU memory (GPUDirect RDMA).
+    pub gdr: Option<bool>,
+}
+
+fn line_of(n: roxmltree::Node) -> u32 {
+    n.document().text_pos_at(n.range().start).row
+}
+
+fn bad(n: roxmltree::Node, why: impl Into<String>) -> TopoXmlError {
+    TopoXmlError {
+        line: line_of(n),
+        why: why.into(),
+    }
+}
+
+fn num<T: std::str::FromStr>(n: roxmltree::Node, name: &str) -> Result<Option<T>, TopoXmlError> {
+    n.attribute(name)
+        .map(|v| {
+            v.trim().parse().map_err(|_| {
+                bad(
+                    n,
+                    format!("<{}> {name}=\"{v}\" is not a number", n.tag_name().name()),
+                )
+            })
+        })
+        .transpose()
+}
+
+fn hex_attr(n: roxmltree::Node, name: &str) -> Result<Option<u32>, TopoXmlError> {
+    n.attribute(name)
+        .map(|v| {
+            hex::parse::<u32>(v)
+                .map_err(|e| bad(n, format!("<{}> {name}=\"{v}\": {e}", n.tag_name().name())))
+        })
+        .transpose()
+}
+
+fn flag(n: roxmltree::Node, name: &str) -> Result<Option<bool>, TopoXmlError> {
+    Ok(num::<i64>(n, name)?.map(|v| v != 0))
+}
+
+fn nets(nic: roxmltree::Node) -> Result<Vec<XmlNet>, TopoXmlError> {
+    let mut out = Vec::new();
+    for net in nic.children().filter(|c| c.has_tag_name("net")) {
+        out.push(XmlNet {
+            name: net.attribute("name").unwrap_or("").to_string(),
+            speed_mbps: num(net, "speed")?,
+            gdr: flag(net, "gdr")?,
+        });
+    }
+    Ok(out)
+}
+
+fn gpu(n: roxmltree::Node) -> Result<XmlGpu, TopoXmlError> {
+    let mut nvlinks = Vec::new();
+    for l in n.children().filter(|c| c.has_tag_name("nvlink")) {
+        nvlinks.push(XmlNvLink {
+            target: l
+                .attribute("target")
+                .ok_or_else(|| bad(l, "<nvlink> without target"))?
+                .to_string(),
+            count: num(l, "count")?.ok_or_else(|| bad(l, "<nvlink> without count"))?,
+            tclass: hex_attr(l, "tclass")?.ok_or_else(|| bad(l, "<nvlink> without tclass"))?,
+        });
+    }
+    Ok(XmlGpu {
+        sm: num(n, "sm")?,
+        gdr: flag(n, "gdr")?,
+        nvlinks,
+    })
+}
+
+fn pci(n: roxmltree::Node) -> Result<XmlPci, TopoXmlError> {
+    let text = n
+        .attribute("busid")
+        .ok_or_else(|| bad(n, "<pci> without busid"))?;
+    let busid: Bdf = text
+        .parse()
+        .map_err(|e| bad(n, format!("<pci> busid=\"{text}\": {e}")))?;
+    let class = hex_attr(n, "class")?.ok_or_else(|| {
+        bad(
+            n,
+            format!("<pci busid=\"{busid}\"> without class (NCCL needs it)"),
+        )
+    })?;
+    let mut out = XmlPci {
+        busid,
+        class,
+        link_speed: n.attribute("link_speed").map(str::to_string),
+        link_width: num(n, "link_width")?,
+        gpu: None,
+        nets: Vec::new(),
+        children: Vec::new(),
+        line: line_of(n),
+    };
+    for c in n.children().filter(|c| c.is_element()) {
+        match c.tag_name().name() {
+            "pci" => out.children.push(pci(c)?),
+            "gpu" => out.gpu = Some(gpu(c)?),
+            "nic" => out.nets.extend(nets(c)?),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `text` as NCCL 2.28's XML reader accepts it. NCCL's own dumps write
+/// a stray empty attribute (`=""`) after each `<nvlink>`'s attributes; its
+/// reader skips it, and so does this one.
+pub fn parse(text: &str) -> Result<TopoXml, TopoXmlError> {
+    let cleaned = text.replace(" =\"\"", "");
+    let doc = roxmltree::Document::parse(&cleaned).map_err(|e| TopoXmlError {
+        line: e.pos().row,
+        why: format!("not XML: {e}"),
+    })?;
+    let root = doc.root_element();
+    if !root.has_tag_name("system") {
+        return Err(bad(
+            root,
+            format!(
+                "top element is <{}>, NCCL wants <system>",
+                root.tag_name().name()
+            ),
+        ));
+    }
+    match root.attribute("version") {
+        Some("1") => {}
+        Some(v) => {
+            return Err(bad(
+                root,
+                format!("<system version=\"{v}\">: NCCL 2.28 reads version 1 only"),
+            ))
+        }
+        None => {
+            return Err(bad(
+                root,
+                "<system> without version (NCCL wants version=\"1\")",
+            ))
+        }
+    }
+    let mut cpus = Vec::new();
+    for c in root.children().filter(|c| c.has_tag_name("cpu")) {
+        let numaid = num(c, "numaid")?.ok_or_else(|| bad(c, "<cpu> without numaid"))?;
+        let mut cpu = XmlCpu {
+            numaid,
+            arch: c.attribute("arch").map(str::to_string),
+            vendor: c.attribute("vendor").map(str::to_string),
+            familyid: num(c, "familyid")?,
+            modelid: num(c, "modelid")?,
+            pci: Vec::new(),
+            nets: Vec::new(),
+            line: line_of(c),
+        };
+        for s in c.children().filter(|s| s.is_element()) {
+            match s.tag_name().name() {
+                "pci" => cpu.pci.push(pci(s)?),
+                "nic" => cpu.nets.extend(nets(s)?),
+                _ => {}
+            }
+        }
+        cpus.push(cpu);
+    }
+    Ok(TopoXml { cpus })
+}
+
+impl TopoXml {
+    /// The `<pci>` at `busid`, searched depth first.
+    pub fn find(&self, busid: Bdf) -> Option<&XmlPci> {
+        fn walk(p: &[XmlPci], b: Bdf) -> Option<&XmlPci> {
+            for n in p {
+                if n.busid == b {
+                    return Some(n);
+                }
+                if let Some(f) = walk(&n.children, b) {
+                    return Some(f);
+                }
+            }
+            None
+        }
+        self.cpus.iter().find_map(|c| walk(&c.pci, busid))
+    }
+
+    /// Every `<pci>` whose class is a display controller (0x03xxxx): the GPUs.
+    pub fn gpu_busids(&self) -> Vec<Bdf> {
+        fn walk(p: &[XmlPci], out: &mut Vec<Bdf>) {
+            for n in p {
+                if n.class >> 16 == 0x03 {
+                    out.push(n.busid);
+                }
+                walk(&n.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        for c in &self.cpus {
+            walk(&c.pci, &mut out);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = parse("<system version=\"1\">\n <cpu numaid=\"0\">\n  <pci busid=\"zz\" class=\"0x060400\"/>\n </cpu>\n</system>").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.why.contains("busid=\"zz\""), "{e}");
+        let e = parse("<system version=\"2\"/>").unwrap_err();
+        assert!(e.why.contains("version 1 only"), "{e}");
+        let e = parse("<system version=\"1\">\n<cpu>").unwrap_err();
+        assert!(e.why.starts_with("not XML"), "{e}");
+        let e = parse("<system version=\"1\">\n<cpu numaid=\"x\"/></system>").unwrap_err();
+        assert_eq!(
+            (e.line, e.why.as_str()),
+            (2, "<cpu> numaid=\"x\" is not a number")
+        );
+    }
+}
