@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use p2p_guest::nccl_topo::{self, NcclTopoError, NcclTopoReport, NCCL_TOPO_SCHEMA};
-use p2p_shared::nccl_topo::{render, NCCL_DEFAULT_PATH};
+use p2p_shared::nccl_topo::{render, render_hiding_nvlink, NCCL_DEFAULT_PATH};
 use p2p_shared::report::Table;
 use p2p_shared::Bdf;
 
@@ -61,6 +61,11 @@ struct DeriveArgs {
     /// what-if for VMs whose hypervisor injects no capability); repeatable.
     #[arg(long, value_name = "BDF=N", value_parser = parse_assume)]
     assume_clique: Vec<(Bdf, u8)>,
+    /// Hide NVLink from NCCL: a placeholder `<nvlink>` under every GPU (NCCL
+    /// then does not ask NVML), so an NVLink machine shows NCCL's PCIe
+    /// decision. For experiments: NCCL will not use NVLink with this file.
+    #[arg(long)]
+    hide_nvlink: bool,
 }
 
 pub(super) fn parse_assume(s: &str) -> Result<(Bdf, u8), String> {
@@ -156,7 +161,11 @@ pub fn run(args: NcclTopoArgs) -> anyhow::Result<()> {
                 );
                 return Ok(());
             }
-            let xml = render(&system);
+            let xml = if args.derive.hide_nvlink {
+                render_hiding_nvlink(&system)
+            } else {
+                render(&system)
+            };
             let installed = if args.derive.install {
                 nccl_topo::write(&c.out, &xml)
                     .with_context(|| "installing the derived NCCL topology")?;

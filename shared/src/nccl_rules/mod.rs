@@ -13,6 +13,7 @@
 pub mod env;
 pub mod fill;
 pub mod graph;
+pub mod observed;
 pub mod path;
 pub mod predict;
 pub mod xml;

@@ -1,0 +1,635 @@
+//! `p2p-guest nccl-topo explain` and the NCCL rules under it.
+//!
+//! Two kinds of expectation, both from outside the code: what NCCL 2.28.3
+//! itself did on the 2x H200 passthrough VM (its own debug logs in
+//! docs/results/h200x2-2026-11-24/nccl-transport and the fixture's
+//! nccl-debug-topology.txt), and verdicts derived by hand from NCCL 2.28.3's
+//! rules (src/graph/paths.cc, topo.cc), the reasoning in a comment per case.
+//! Bandwidths in the hand derivations: a PCIe link is width x per-lane
+//! speed / 80 GB/s (32 GT/s: 240, so x16 = 48 GB/s); a net is speed / 8000
+//! (400 Gb/s = 50 GB/s); Intel family 6 model 207 (>= 0xCF) joins CPUs at
+//! 40 GB/s (ERP_QPI_BW).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use p2p_shared::nccl_rules::observed::{differences, parse_log};
+use p2p_shared::nccl_rules::{
+    self, effective, CpuIdentity, DriverP2p, Graph, NcclEnv, PathType, Prediction, Transport,
+    VmFacts, VmFunction, VmNic,
+};
+use p2p_shared::Bdf;
+use p2p_tests::{binary, fixture_dir, repo_root, unpack_fixture};
+
+fn b(s: &str) -> Bdf {
+    s.parse().unwrap()
+}
+
+fn intel() -> CpuIdentity {
+    CpuIdentity {
+        arch: "x86_64".into(),
+        vendor: Some("GenuineIntel".into()),
+        familyid: Some(6),
+        modelid: Some(207),
+    }
+}
+
+fn amd() -> CpuIdentity {
+    CpuIdentity {
+        arch: "x86_64".into(),
+        vendor: Some("AuthenticAMD".into()),
+        familyid: Some(25),
+        modelid: Some(1),
+    }
+}
+
+/// A GPU on the flat root bus (as in a Firecracker or plain QEMU VM).
+fn flat_gpu(bus: &str) -> VmFunction {
+    VmFunction {
+        busid: b(bus),
+        class: 0x030200,
+        numa: -1,
+        bridges: Vec::new(),
+        link_speed: Some("32.0 GT/s PCIe".into()),
+        link_width: Some(16),
+    }
+}
+
+fn facts(cpu: CpuIdentity, gpus: &[&str]) -> VmFacts {
+    VmFacts {
+        cpu,
+        gpus: gpus.iter().map(|g| flat_gpu(g)).collect(),
+        nics: Vec::new(),
+        nvlinks: Some(Vec::new()),
+    }
+}
+
+fn env(vars: &[(&str, &str)]) -> NcclEnv {
+    NcclEnv::from_sources(vars.iter().map(|(k, v)| (*k, *v, "environment")))
+}
+
+fn run(file: Option<&str>, vm: &VmFacts, e: &NcclEnv, driver: DriverP2p) -> Prediction {
+    let xml = file.map(|t| nccl_rules::parse(t).expect("test file parses"));
+    let eff = effective(xml.as_ref(), vm);
+    let g = Graph::build(&eff.xml);
+    let order: Vec<Bdf> = vm.gpus.iter().map(|g| g.busid).collect();
+    nccl_rules::predict(&g, e, &order, &|_, _| driver)
+}
+
+fn pair(p: &Prediction, a: &str, c: &str) -> (PathType, Transport) {
+    let v = p
+        .pairs
+        .iter()
+        .find(|v| (v.a, v.b) == (b(a), b(c)) || (v.a, v.b) == (b(c), b(a)))
+        .unwrap_or_else(|| panic!("no pair {a}-{c} in {p:#?}"));
+    (v.path, v.transport)
+}
+
+const RESULTS: &str = "docs/results/h200x2-2026-11-24/nccl-transport";
+
+fn explain_json(tree: &Path, args: &[&str], envs: &[(&str, &str)]) -> serde_json::Value {
+    let out = Command::new(binary("p2p-guest"))
+        .args([
+            "nccl-topo",
+            "explain",
+            "--json",
+            "--no-driver",
+            "--sysfs-root",
+        ])
+        .arg(tree)
+        .arg("--cpuinfo")
+        .arg(fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt"))
+        .args(args)
+        .env_remove("NCCL_TOPO_FILE")
+        .env_remove("NCCL_P2P_LEVEL")
+        .env_remove("NCCL_P2P_DISABLE")
+        .env("HOME", "/nonexistent")
+        .envs(envs.iter().copied())
+        .output()
+        .expect("p2p-guest runs");
+    assert!(
+        out.status.success(),
+        "explain {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn transport(report: &serde_json::Value) -> String {
+    report["pairs"][0]["transport"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The three files NCCL 2.28.3 was given on the H200 VM with NVLink hidden,
+/// and NCCL's own log of each: explain predicts exactly the transport NCCL
+/// printed for every channel (flat: SHM, one switch: P2P, two switches: SHM).
+#[test]
+fn h200_vm_files_predicted_as_nccl_logged_them() {
+    let tree = unpack_fixture("h200x2-passthrough-guest");
+    let order = [b("0000:00:06.0"), b("0000:00:07.0")];
+    for (name, want) in [("flat", "SHM"), ("clique", "P2P"), ("split", "SHM")] {
+        let file = repo_root().join(RESULTS).join(format!("file-{name}.xml"));
+        let report = explain_json(tree.path(), &["--file", file.to_str().unwrap()], &[]);
+        assert_eq!(transport(&report), want, "{name}: {report:#}");
+        // The same through the library, compared channel by channel with the log.
+        let log = std::fs::read_to_string(
+            repo_root()
+                .join(RESULTS)
+                .join(format!("nccl-log-{name}.txt")),
+        )
+        .unwrap();
+        let seen = parse_log(&log);
+        assert_eq!(seen.version.as_deref(), Some("2.28.3+cuda13.0"));
+        assert!(
+            seen.channels.len() >= 8,
+            "{name}: channels read from the log: {seen:?}"
+        );
+        let text = std::fs::read_to_string(&file).unwrap();
+        let pred = run(
+            Some(&text),
+            &facts(intel(), &["0000:00:06.0", "0000:00:07.0"]),
+            &env(&[]),
+            DriverP2p::Allowed,
+        );
+        assert_eq!(
+            differences(&pred, &seen, &order),
+            Vec::<String>::new(),
+            "{name}"
+        );
+    }
+}
+
+/// NCCL's own dump of that VM with NVLink visible (18 links each to the
+/// NVSwitch, tclass 0x068000): GPU-NVSwitch-GPU is NVL, within PXB, so P2P,
+/// as NCCL's log of that run shows.
+#[test]
+fn h200_nvlink_dump_is_p2p_over_nvl_as_logged() {
+    let dump =
+        std::fs::read_to_string(fixture_dir("h200x2-passthrough-guest").join("nccl-topo-dump.xml"))
+            .unwrap();
+    let pred = run(
+        Some(&dump),
+        &facts(intel(), &["0000:00:06.0", "0000:00:07.0"]),
+        &env(&[]),
+        DriverP2p::Allowed,
+    );
+    assert_eq!(
+        pair(&pred, "0000:00:06.0", "0000:00:07.0"),
+        (PathType::Nvl, Transport::P2p)
+    );
+    // 18 links x 20.6 GB/s (SM90_NVLINK_BW).
+    assert!(
+        (pred.pairs[0].bw_gbs - 370.8).abs() < 0.01,
+        "{}",
+        pred.pairs[0].bw_gbs
+    );
+    let log = std::fs::read_to_string(
+        fixture_dir("h200x2-passthrough-guest").join("nccl-debug-topology.txt"),
+    )
+    .unwrap();
+    let order = [b("0000:00:06.0"), b("0000:00:07.0")];
+    assert_eq!(
+        differences(&pred, &parse_log(&log), &order),
+        Vec::<String>::new()
+    );
+    // The dump's socket NIC (eth0, 10 Gb/s, gdr 0) hangs below the CPU: PHB,
+    // and GPUDirect RDMA is off because the plugin reports none.
+    let g = &pred.gpus[0];
+    assert_eq!(
+        (g.net.as_deref(), g.path, g.gdr_write),
+        (Some("eth0"), Some(PathType::Phb), false)
+    );
+    // --hide-nvlink's placeholder: the same dump decides by PCIe (PHB: SHM).
+    let mut eff = effective(
+        Some(&nccl_rules::parse(&dump).unwrap()),
+        &facts(intel(), &["0000:00:06.0", "0000:00:07.0"]),
+    );
+    nccl_rules::fill::hide_nvlink(&mut eff);
+    let p = nccl_rules::predict(&Graph::build(&eff.xml), &env(&[]), &order, &|_, _| {
+        DriverP2p::Allowed
+    });
+    assert_eq!(
+        pair(&p, "0000:00:06.0", "0000:00:07.0"),
+        (PathType::Phb, Transport::Shm)
+    );
+}
+
+/// A flat guest with no file: both GPUs hang from the CPU, so GPU-CPU-GPU is
+/// PHB; NCCL's default level is PXB (Intel), so no P2P and SHM. The variables
+/// move it: NCCL_P2P_LEVEL=PHB (or the old number 3) allows PHB; SHM
+/// disabled leaves only the network.
+#[test]
+fn flat_guest_and_the_p2p_variables() {
+    let vm = facts(intel(), &["0000:00:06.0", "0000:00:07.0"]);
+    let p = run(None, &vm, &env(&[]), DriverP2p::Allowed);
+    assert_eq!(
+        pair(&p, "0000:00:06.0", "0000:00:07.0"),
+        (PathType::Phb, Transport::Shm)
+    );
+    assert!(p.pairs[0].decided_by.is_empty());
+    for level in ["PHB", "3", "SYS"] {
+        let p = run(
+            None,
+            &vm,
+            &env(&[("NCCL_P2P_LEVEL", level)]),
+            DriverP2p::Allowed,
+        );
+        assert_eq!(
+            pair(&p, "0000:00:06.0", "0000:00:07.0").1,
+            Transport::P2p,
+            "{level}"
+        );
+        assert_eq!(
+            p.pairs[0].decided_by,
+            vec![format!("NCCL_P2P_LEVEL={level} (environment)")]
+        );
+    }
+    // PXB (old 2) keeps PHB out.
+    let p = run(
+        None,
+        &vm,
+        &env(&[("NCCL_P2P_LEVEL", "2")]),
+        DriverP2p::Allowed,
+    );
+    assert_eq!(pair(&p, "0000:00:06.0", "0000:00:07.0").1, Transport::Shm);
+    let p = run(
+        None,
+        &vm,
+        &env(&[("NCCL_SHM_DISABLE", "1")]),
+        DriverP2p::Allowed,
+    );
+    assert_eq!(pair(&p, "0000:00:06.0", "0000:00:07.0").1, Transport::Net);
+}
+
+/// NCCL 2.28 lifts the cutoff to SYS on AMD x86 with at most two GPUs: the
+/// flat pair gets P2P there; with three GPUs the default PXB is back.
+#[test]
+fn amd_rule_depends_on_the_gpu_count() {
+    let p = run(
+        None,
+        &facts(amd(), &["0000:00:06.0", "0000:00:07.0"]),
+        &env(&[]),
+        DriverP2p::Allowed,
+    );
+    assert_eq!(pair(&p, "0000:00:06.0", "0000:00:07.0").1, Transport::P2p);
+    assert_eq!(p.pairs[0].p2p_level, PathType::Sys);
+    assert!(p.pairs[0].decided_by[0].contains("AuthenticAMD with 2 GPU(s)"));
+    let p = run(
+        None,
+        &facts(amd(), &["0000:00:06.0", "0000:00:07.0", "0000:00:08.0"]),
+        &env(&[]),
+        DriverP2p::Allowed,
+    );
+    assert_eq!(pair(&p, "0000:00:06.0", "0000:00:07.0").1, Transport::Shm);
+    // The file's <cpu vendor> wins over the machine's: an Intel file on an AMD machine.
+    let file = r#"<system version="1"><cpu numaid="-1" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="207"/></system>"#;
+    let p = run(
+        Some(file),
+        &facts(amd(), &["0000:00:06.0", "0000:00:07.0"]),
+        &env(&[]),
+        DriverP2p::Allowed,
+    );
+    assert_eq!(pair(&p, "0000:00:06.0", "0000:00:07.0").1, Transport::Shm);
+}
+
+/// A two-socket mirror: socket 0 has a switch (upstream 10:00.0) with GPUs
+/// 11:00.0 and 12:00.0 and NIC mlx5_0 (13:00.0, 400 Gb/s, GDR); socket 1 has
+/// GPU 20:00.0 on its own root port and NIC mlx5_1 (21:00.0) likewise.
+const TWO_SOCKET: &str = r#"<system version="1">
+  <cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="207">
+    <pci busid="0000:10:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">
+      <pci busid="0000:11:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"/>
+      <pci busid="0000:12:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"/>
+      <pci busid="0000:13:00.0" class="0x020000" link_speed="32.0 GT/s PCIe" link_width="16"/>
+    </pci>
+  </cpu>
+  <cpu numaid="1" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="207">
+    <pci busid="0000:20:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"/>
+    <pci busid="0000:21:00.0" class="0x020000" link_speed="32.0 GT/s PCIe" link_width="16"/>
+  </cpu>
+</system>"#;
+
+fn two_socket_vm() -> VmFacts {
+    let nic = |name: &str, bus: &str, numa: i32| VmNic {
+        name: name.into(),
+        function: Some(VmFunction {
+            busid: b(bus),
+            class: 0x020000,
+            numa,
+            bridges: Vec::new(),
+            link_speed: Some("32.0 GT/s PCIe".into()),
+            link_width: Some(16),
+        }),
+        speed_mbps: 400_000,
+        gdr: true,
+    };
+    VmFacts {
+        cpu: intel(),
+        gpus: ["0000:11:00.0", "0000:12:00.0", "0000:20:00.0"]
+            .iter()
+            .map(|g| flat_gpu(g))
+            .collect(),
+        nics: vec![
+            nic("mlx5_0", "0000:13:00.0", 0),
+            nic("mlx5_1", "0000:21:00.0", 1),
+        ],
+        nvlinks: Some(Vec::new()),
+    }
+}
+
+#[test]
+fn two_socket_mirror_pairs_and_nics() {
+    let p = run(
+        Some(TWO_SOCKET),
+        &two_socket_vm(),
+        &env(&[]),
+        DriverP2p::Allowed,
+    );
+    // Same switch: PIX <= PXB, P2P.
+    assert_eq!(
+        pair(&p, "0000:11:00.0", "0000:12:00.0"),
+        (PathType::Pix, Transport::P2p)
+    );
+    // Across sockets: SYS > PXB, SHM.
+    assert_eq!(
+        pair(&p, "0000:11:00.0", "0000:20:00.0"),
+        (PathType::Sys, Transport::Shm)
+    );
+    let gpu = |bus: &str| p.gpus.iter().find(|g| g.gpu == b(bus)).unwrap();
+    // GPU 11:00.0 and mlx5_0 share the switch: PIX, 48 GB/s (the 50 GB/s net
+    // is wider than the x16 link), GDR within PXB; reads on too (SM 90 >= 80).
+    let g = gpu("0000:11:00.0");
+    assert_eq!(
+        (g.net.as_deref(), g.path, g.gdr_write, g.gdr_read),
+        (Some("mlx5_0"), Some(PathType::Pix), true, true)
+    );
+    // GPU 20:00.0: mlx5_1 through its CPU is PHB at 48 GB/s; mlx5_0 is SYS at
+    // 40 GB/s (the CPU link). Widest first: mlx5_1, and PHB > PXB: no GDR.
+    let g = gpu("0000:20:00.0");
+    assert_eq!(
+        (g.net.as_deref(), g.path, g.gdr_write),
+        (Some("mlx5_1"), Some(PathType::Phb), false)
+    );
+    assert!(
+        g.reasons
+            .iter()
+            .any(|r| r.contains("distance PHB beyond the GDR level PXB")),
+        "{:?}",
+        g.reasons
+    );
+    // NCCL_NET_GDR_LEVEL=PHB allows it, and says so.
+    let p = run(
+        Some(TWO_SOCKET),
+        &two_socket_vm(),
+        &env(&[("NCCL_NET_GDR_LEVEL", "PHB")]),
+        DriverP2p::Allowed,
+    );
+    let g = p.gpus.iter().find(|g| g.gpu == b("0000:20:00.0")).unwrap();
+    assert!(
+        g.gdr_write && g.decided_by == vec!["NCCL_NET_GDR_LEVEL=PHB (environment)".to_string()],
+        "{g:?}"
+    );
+    // NCCL_NET_GDR_READ=0: writes stay, reads go.
+    let p = run(
+        Some(TWO_SOCKET),
+        &two_socket_vm(),
+        &env(&[("NCCL_NET_GDR_READ", "0")]),
+        DriverP2p::Allowed,
+    );
+    let g = p.gpus.iter().find(|g| g.gpu == b("0000:11:00.0")).unwrap();
+    assert_eq!((g.gdr_write, g.gdr_read), (true, false));
+    // Without nvidia-peermem the IB plugin reports no GDR: off for all.
+    let mut vm = two_socket_vm();
+    vm.nics.iter_mut().for_each(|n| n.gdr = false);
+    let p = run(Some(TWO_SOCKET), &vm, &env(&[]), DriverP2p::Allowed);
+    assert!(p.gpus.iter().all(|g| !g.gdr_write));
+}
+
+/// The driver's side: a file puts two PCIe GPUs under one switch (PIX) but
+/// the driver refuses peer access (no clique from the hypervisor): NCCL asks
+/// NVML, finds P2P disabled and uses SHM. Over NVLink the same refusal stops
+/// NCCL unless NCCL_IGNORE_DISABLED_P2P is set.
+#[test]
+fn driver_refusal_and_nvlink_error() {
+    let file = r#"<system version="1"><cpu numaid="-1" arch="x86_64" vendor="GenuineIntel">
+      <pci busid="0000:ff:00.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">
+        <pci busid="0000:00:06.0" class="0x030200"/><pci busid="0000:00:07.0" class="0x030200"/>
+      </pci></cpu></system>"#;
+    let vm = facts(intel(), &["0000:00:06.0", "0000:00:07.0"]);
+    let p = run(Some(file), &vm, &env(&[]), DriverP2p::Refused);
+    assert_eq!(
+        pair(&p, "0000:00:06.0", "0000:00:07.0"),
+        (PathType::Pix, Transport::Shm)
+    );
+    assert!(p.pairs[0].topology_allows_p2p);
+    let mut nv = vm.clone();
+    nv.nvlinks = Some(vec![(b("0000:00:06.0"), b("0000:00:07.0"), 18)]);
+    let p = run(None, &nv, &env(&[]), DriverP2p::Refused);
+    assert_eq!(
+        pair(&p, "0000:00:06.0", "0000:00:07.0"),
+        (PathType::Nvl, Transport::Error)
+    );
+    let p = run(
+        None,
+        &nv,
+        &env(&[("NCCL_IGNORE_DISABLED_P2P", "1")]),
+        DriverP2p::Refused,
+    );
+    assert_eq!(pair(&p, "0000:00:06.0", "0000:00:07.0").1, Transport::Shm);
+}
+
+/// A file naming bus ids the VM lacks: NCCL drops those nodes and places the
+/// VM's GPUs from sysfs (flat: PHB), as if there were no file.
+#[test]
+fn file_for_another_vm_is_dropped_and_said() {
+    let file = r#"<system version="1"><cpu numaid="-1">
+      <pci busid="0000:ff:00.0" class="0x060400"><pci busid="0000:00:08.0" class="0x030200"/><pci busid="0000:00:09.0" class="0x030200"/></pci>
+    </cpu></system>"#;
+    let vm = facts(intel(), &["0000:00:06.0", "0000:00:07.0"]);
+    let eff = effective(Some(&nccl_rules::parse(file).unwrap()), &vm);
+    assert!(
+        eff.notes
+            .iter()
+            .any(|n| n.starts_with("0000:00:08.0: in the file but not a GPU of this VM")),
+        "{:?}",
+        eff.notes
+    );
+    assert!(eff
+        .notes
+        .iter()
+        .any(|n| n.starts_with("0000:00:06.0: not in the file: placed from sysfs")));
+    let p = run(Some(file), &vm, &env(&[]), DriverP2p::Allowed);
+    assert_eq!(
+        pair(&p, "0000:00:06.0", "0000:00:07.0"),
+        (PathType::Phb, Transport::Shm)
+    );
+}
+
+/// The CLI end to end on the captured H200 tree: no file anywhere means
+/// sysfs (flat: PHB, SHM) and NCCL_TOPO_FILE is honoured and named; a
+/// malformed file names its line; no GPU exits 2.
+#[test]
+fn cli_file_choice_errors_and_exit_codes() {
+    let tree = unpack_fixture("h200x2-passthrough-guest");
+    let missing = tree.path().join("no-default.xml");
+    let r = explain_json(
+        tree.path(),
+        &["--default-path", missing.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(r["file"]["path"], serde_json::Value::Null);
+    assert_eq!(transport(&r), "SHM");
+    let clique = repo_root().join(RESULTS).join("file-clique.xml");
+    let r = explain_json(
+        tree.path(),
+        &[],
+        &[("NCCL_TOPO_FILE", clique.to_str().unwrap())],
+    );
+    assert_eq!(r["file"]["why"], "NCCL_TOPO_FILE (environment)");
+    assert_eq!(transport(&r), "P2P");
+    let r = explain_json(
+        tree.path(),
+        &["--file", clique.to_str().unwrap()],
+        &[("NCCL_P2P_DISABLE", "1")],
+    );
+    assert_eq!(transport(&r), "SHM");
+    assert_eq!(r["variables"][0]["name"], "NCCL_P2P_DISABLE");
+
+    let bad = tree.path().join("bad.xml");
+    std::fs::write(&bad, "<system version=\"1\">\n  <cpu numaid=\"0\">\n    <pci busid=\"0000:00:06.0\"/>\n  </cpu>\n</system>\n").unwrap();
+    let out = Command::new(binary("p2p-guest"))
+        .args(["nccl-topo", "explain", "--no-driver", "--sysfs-root"])
+        .arg(tree.path())
+        .arg("--file")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("bad.xml: line 3: <pci busid=\"0000:00:06.0\"> without class"),
+        "{err}"
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(empty.path().join("bus/pci/devices")).unwrap();
+    let out = Command::new(binary("p2p-guest"))
+        .args(["nccl-topo", "explain", "--no-driver", "--sysfs-root"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no NVIDIA GPU in"));
+    // With --file and no GPU: the file explained as in a VM that matches it.
+    let out = Command::new(binary("p2p-guest"))
+        .args([
+            "nccl-topo",
+            "explain",
+            "--no-driver",
+            "--json",
+            "--sysfs-root",
+        ])
+        .arg(empty.path())
+        .arg("--file")
+        .arg(&clique)
+        .arg("--cpuinfo")
+        .arg(fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (r["pairs"][0]["path"].as_str(), transport(&r).as_str()),
+        (Some("PIX"), "P2P")
+    );
+}
+
+/// What-if on the captured tree: --assume-clique for both GPUs explains the
+/// derived one-switch file (PIX: P2P) without writing anything.
+#[test]
+fn what_if_assume_clique() {
+    let tree = unpack_fixture("h200x2-passthrough-guest");
+    let missing: PathBuf = tree.path().join("absent.xml");
+    let r = explain_json(
+        tree.path(),
+        &[
+            "--default-path",
+            missing.to_str().unwrap(),
+            "--assume-clique",
+            "0000:00:06.0=0",
+            "--assume-clique",
+            "0000:00:07.0=0",
+        ],
+        &[],
+    );
+    assert_eq!(
+        (r["pairs"][0]["path"].as_str(), transport(&r).as_str()),
+        (Some("PIX"), "P2P")
+    );
+    assert!(!missing.exists());
+    let r = explain_json(
+        tree.path(),
+        &[
+            "--default-path",
+            missing.to_str().unwrap(),
+            "--assume-clique",
+            "0000:00:06.0=0",
+            "--assume-clique",
+            "0000:00:07.0=1",
+        ],
+        &[],
+    );
+    assert_eq!(transport(&r), "SHM");
+}
+
+/// `nccl-topo --hide-nvlink` writes the file that was handed to NCCL on the
+/// H200 VM (file-clique.xml, placeholder written by hand then): the same
+/// elements and attributes.
+#[test]
+fn hide_nvlink_writes_the_file_nccl_was_given() {
+    let tree = unpack_fixture("h200x2-passthrough-guest");
+    let out = Command::new(binary("p2p-guest"))
+        .args([
+            "nccl-topo",
+            "--hide-nvlink",
+            "--assume-clique",
+            "0000:00:06.0=0",
+            "--assume-clique",
+            "0000:00:07.0=0",
+            "--sysfs-root",
+        ])
+        .arg(tree.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours = nccl_rules::parse(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let given = nccl_rules::parse(
+        &std::fs::read_to_string(repo_root().join(RESULTS).join("file-clique.xml")).unwrap(),
+    )
+    .unwrap();
+    // Line numbers differ (one is pretty-printed like the other, but compare content only).
+    let strip = |mut x: nccl_rules::TopoXml| {
+        fn walk(p: &mut [nccl_rules::xml::XmlPci]) {
+            for n in p {
+                n.line = 0;
+                walk(&mut n.children);
+            }
+        }
+        for c in &mut x.cpus {
+            c.line = 0;
+            walk(&mut c.pci);
+        }
+        x
+    };
+    assert_eq!(strip(ours), strip(given));
+}
