@@ -6,7 +6,7 @@
 mod copies;
 pub mod machine;
 mod measure;
-mod nccl;
+pub mod nccl;
 mod pingpong;
 pub mod plan;
 mod sampling;

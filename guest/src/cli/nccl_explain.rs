@@ -49,6 +49,70 @@ pub struct ExplainArgs {
     /// Print a JSON report (schema vp2p.nccl-explain/1) instead of tables.
     #[arg(long)]
     json: bool,
+    /// Initialise NCCL over every GPU (one process, a 1 MiB all-reduce) with
+    /// the file explained, read back the transport of every channel from
+    /// NCCL's own debug output and compare; any difference exits 1.
+    #[arg(long, conflicts_with = "hide_nvlink")]
+    confirm: bool,
+}
+
+/// What `--confirm` saw.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Confirmation {
+    /// NCCL's version line.
+    pub nccl_version: Option<String>,
+    /// Channel connections read from NCCL's output.
+    pub channels: usize,
+    /// Where NCCL and the prediction differ; empty when they agree.
+    pub differences: Vec<String>,
+    /// NCCL's debug output and topology dump, kept for the record.
+    pub kept_in: String,
+}
+
+/// Runs NCCL in a child process of this binary (`nccl-topo confirm-run`) so
+/// that its variables are set before NCCL starts, never in this process.
+fn confirm(file: Option<&std::path::Path>, order: &[Bdf], pred: &nccl_rules::Prediction) -> anyhow::Result<Confirmation> {
+    let dir = std::env::temp_dir().join(format!("vp2p-confirm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["nccl-topo", "confirm-run"])
+        .env("NCCL_DEBUG", "INFO")
+        .env("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,P2P,SHM,NET,ENV")
+        .env("NCCL_TOPO_DUMP_FILE", dir.join("nccl-topo-dump.xml"));
+    if let Some(f) = file {
+        cmd.env("NCCL_TOPO_FILE", f);
+    }
+    eprintln!("confirm: starting NCCL over {} GPU(s)...", order.len());
+    let out = cmd.output().context("running NCCL")?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    std::fs::write(dir.join("nccl-debug.txt"), &text).with_context(|| format!("writing {}", dir.display()))?;
+    if !out.status.success() {
+        anyhow::bail!("NCCL failed ({}); its output is in {}", out.status, dir.join("nccl-debug.txt").display());
+    }
+    let seen = nccl_rules::observed::parse_log(&text);
+    Ok(Confirmation {
+        nccl_version: seen.version.clone(),
+        channels: seen.channels.len(),
+        differences: nccl_rules::observed::differences(pred, &seen, order),
+        kept_in: dir.display().to_string(),
+    })
+}
+
+/// `nccl-topo confirm-run`: one communicator over every GPU and a small
+/// all-reduce, NCCL's variables already set by the parent.
+pub fn confirm_run() -> anyhow::Result<()> {
+    let cuda = p2p_guest::cuda::Cuda::open()?;
+    let n = cuda.gpus.len();
+    let rig = p2p_guest::cuda::rig::Rig::new(cuda.gpus)?;
+    let mut ar = p2p_guest::bench::nccl::AllReduce::new(&rig, 1 << 20)?;
+    ar.timed(&rig, 1 << 20, 2)?;
+    let bad = ar.verify(&rig, 1 << 20)?;
+    println!("vp2p-confirm: {n} rank(s), all-reduce {}", if bad == 0 { "verified" } else { "WRONG" });
+    if bad != 0 {
+        anyhow::bail!("{bad} element(s) of the all-reduce differ from the expected sum");
+    }
+    Ok(())
 }
 
 fn load(
@@ -160,6 +224,24 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
             }
         })
         .collect();
+    let confirmation = if a.confirm {
+        let derived;
+        let file = if !a.assume_clique.is_empty() {
+            let (system, _) = nccl_topo::derive(&a.sysfs_root, &a.assume_clique)?;
+            derived = std::env::temp_dir().join(format!("vp2p-what-if-{}.xml", std::process::id()));
+            std::fs::write(&derived, render(&system)).with_context(|| format!("writing {}", derived.display()))?;
+            Some(derived.as_path())
+        } else {
+            choice.path.as_deref().map(std::path::Path::new)
+        };
+        let pred_again = nccl_rules::Prediction {
+            pairs: pairs.iter().map(|p| p.nccl.clone()).collect(),
+            gpus: pred.gpus.clone(),
+        };
+        Some(confirm(file, &order, &pred_again)?)
+    } else {
+        None
+    };
     let report = ExplainReport {
         schema: EXPLAIN_SCHEMA.into(),
         nccl_rules: NCCL_RULES_VERSION.into(),
@@ -173,9 +255,19 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         gpus: pred.gpus,
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(c) = &confirmation {
+            v["confirm"] = serde_json::to_value(c)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", render_text(&report));
+        if let Some(c) = &confirmation {
+            print!("{}", render_confirmation(c, report.pairs.len()));
+        }
+    }
+    if confirmation.is_some_and(|c| !c.differences.is_empty()) {
+        std::process::exit(1);
     }
     Ok(())
 }
@@ -194,6 +286,22 @@ fn facts_cpu(
         },
         None => fallback.clone(),
     }
+}
+
+fn render_confirmation(c: &Confirmation, pairs: usize) -> String {
+    let mut out = format!(
+        "confirm: NCCL {} printed {} channel connection(s) (output kept in {})\n",
+        c.nccl_version.as_deref().unwrap_or("(version not printed)"),
+        c.channels,
+        c.kept_in
+    );
+    if c.differences.is_empty() {
+        out.push_str(&format!("confirm: NCCL agrees with the prediction on {pairs} pair(s)\n"));
+    }
+    for d in &c.differences {
+        out.push_str(&format!("CONFIRM MISMATCH: {d}\n"));
+    }
+    out
 }
 
 /// The report as tables and lists.

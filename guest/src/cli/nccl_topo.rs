@@ -28,6 +28,9 @@ enum Action {
     /// the path, P2P level and transport, per GPU its NIC and GPUDirect RDMA,
     /// and where NCCL and the driver disagree (NCCL 2.28.3's rules).
     Explain(super::nccl_explain::ExplainArgs),
+    /// NCCL over every GPU with the variables the parent set (explain --confirm).
+    #[command(hide = true)]
+    ConfirmRun,
 }
 
 #[derive(Debug, Args)]
@@ -135,6 +138,7 @@ fn print_report(r: &NcclTopoReport, json: bool, show_xml: bool) -> anyhow::Resul
 pub fn run(args: NcclTopoArgs) -> anyhow::Result<()> {
     match args.action {
         Some(Action::Explain(a)) => super::nccl_explain::run(a),
+        Some(Action::ConfirmRun) => super::nccl_explain::confirm_run(),
         Some(Action::Install(a)) => {
             let from = a
                 .from
