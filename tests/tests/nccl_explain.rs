@@ -633,3 +633,45 @@ fn hide_nvlink_writes_the_file_nccl_was_given() {
     };
     assert_eq!(strip(ours), strip(given));
 }
+
+/// `--confirm`'s second check on the recorded runs: the rules applied to the
+/// system NCCL itself dumped give the paths predicted from the file it was
+/// given (flat PHB, clique PIX, split PHB), and a wrong prediction is caught.
+#[test]
+fn predictions_agree_with_nccls_own_dumps() {
+    let vm = facts(intel(), &["0000:00:06.0", "0000:00:07.0"]);
+    // The VM had the socket NIC eth0 (10 Gb/s, no GDR) that the dumps show.
+    let mut vm_nic = vm.clone();
+    vm_nic.nics = vec![VmNic {
+        name: "eth0".into(),
+        function: None,
+        speed_mbps: 10_000,
+        gdr: false,
+    }];
+    for name in ["flat", "clique", "split"] {
+        let file =
+            std::fs::read_to_string(repo_root().join(RESULTS).join(format!("file-{name}.xml")))
+                .unwrap();
+        let dump = std::fs::read_to_string(
+            repo_root()
+                .join(RESULTS)
+                .join(format!("nccl-dump-{name}.xml")),
+        )
+        .unwrap();
+        let pred = run(Some(&file), &vm_nic, &env(&[]), DriverP2p::Allowed);
+        let diff = p2p_guest::nccl_topo::explain::against_dump(&dump, &vm_nic, &pred).unwrap();
+        assert_eq!(diff, Vec::<String>::new(), "{name}");
+    }
+    // The flat file's prediction against the clique run's dump: PHB vs PIX.
+    let file = std::fs::read_to_string(repo_root().join(RESULTS).join("file-flat.xml")).unwrap();
+    let dump =
+        std::fs::read_to_string(repo_root().join(RESULTS).join("nccl-dump-clique.xml")).unwrap();
+    let pred = run(Some(&file), &vm_nic, &env(&[]), DriverP2p::Allowed);
+    let diff = p2p_guest::nccl_topo::explain::against_dump(&dump, &vm_nic, &pred).unwrap();
+    assert_eq!(
+        diff,
+        vec![
+            "0000:00:06.0-0000:00:07.0: predicted path PHB, NCCL's own system has PIX".to_string()
+        ]
+    );
+}

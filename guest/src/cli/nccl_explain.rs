@@ -71,7 +71,12 @@ pub struct Confirmation {
 
 /// Runs NCCL in a child process of this binary (`nccl-topo confirm-run`) so
 /// that its variables are set before NCCL starts, never in this process.
-fn confirm(file: Option<&std::path::Path>, order: &[Bdf], pred: &nccl_rules::Prediction) -> anyhow::Result<Confirmation> {
+fn confirm(
+    file: Option<&std::path::Path>,
+    facts: &nccl_rules::VmFacts,
+    pred: &nccl_rules::Prediction,
+) -> anyhow::Result<Confirmation> {
+    let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
     let dir = std::env::temp_dir().join(format!("vp2p-confirm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let exe = std::env::current_exe().context("finding this binary")?;
@@ -85,18 +90,40 @@ fn confirm(file: Option<&std::path::Path>, order: &[Bdf], pred: &nccl_rules::Pre
     }
     eprintln!("confirm: starting NCCL over {} GPU(s)...", order.len());
     let out = cmd.output().context("running NCCL")?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    std::fs::write(dir.join("nccl-debug.txt"), &text).with_context(|| format!("writing {}", dir.display()))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(dir.join("nccl-debug.txt"), &text)
+        .with_context(|| format!("writing {}", dir.display()))?;
     if !out.status.success() {
-        anyhow::bail!("NCCL failed ({}); its output is in {}", out.status, dir.join("nccl-debug.txt").display());
+        anyhow::bail!(
+            "NCCL failed ({}); its output is in {}",
+            out.status,
+            dir.join("nccl-debug.txt").display()
+        );
     }
     let seen = nccl_rules::observed::parse_log(&text);
+    let mut differences = nccl_rules::observed::differences(pred, &seen, &order);
+    differences.extend(against_dump(&dir.join("nccl-topo-dump.xml"), facts, pred)?);
     Ok(Confirmation {
         nccl_version: seen.version.clone(),
         channels: seen.channels.len(),
-        differences: nccl_rules::observed::differences(pred, &seen, order),
+        differences,
         kept_in: dir.display().to_string(),
     })
+}
+
+fn against_dump(
+    dump: &std::path::Path,
+    facts: &nccl_rules::VmFacts,
+    pred: &nccl_rules::Prediction,
+) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(dump)
+        .with_context(|| format!("NCCL wrote no dump at {}", dump.display()))?;
+    explain::against_dump(&text, facts, pred)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dump.display()))
 }
 
 /// `nccl-topo confirm-run`: one communicator over every GPU and a small
@@ -108,7 +135,10 @@ pub fn confirm_run() -> anyhow::Result<()> {
     let mut ar = p2p_guest::bench::nccl::AllReduce::new(&rig, 1 << 20)?;
     ar.timed(&rig, 1 << 20, 2)?;
     let bad = ar.verify(&rig, 1 << 20)?;
-    println!("vp2p-confirm: {n} rank(s), all-reduce {}", if bad == 0 { "verified" } else { "WRONG" });
+    println!(
+        "vp2p-confirm: {n} rank(s), all-reduce {}",
+        if bad == 0 { "verified" } else { "WRONG" }
+    );
     if bad != 0 {
         anyhow::bail!("{bad} element(s) of the all-reduce differ from the expected sum");
     }
@@ -229,7 +259,8 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         let file = if !a.assume_clique.is_empty() {
             let (system, _) = nccl_topo::derive(&a.sysfs_root, &a.assume_clique)?;
             derived = std::env::temp_dir().join(format!("vp2p-what-if-{}.xml", std::process::id()));
-            std::fs::write(&derived, render(&system)).with_context(|| format!("writing {}", derived.display()))?;
+            std::fs::write(&derived, render(&system))
+                .with_context(|| format!("writing {}", derived.display()))?;
             Some(derived.as_path())
         } else {
             choice.path.as_deref().map(std::path::Path::new)
@@ -238,7 +269,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
             pairs: pairs.iter().map(|p| p.nccl.clone()).collect(),
             gpus: pred.gpus.clone(),
         };
-        Some(confirm(file, &order, &pred_again)?)
+        Some(confirm(file, &facts, &pred_again)?)
     } else {
         None
     };
@@ -296,7 +327,9 @@ fn render_confirmation(c: &Confirmation, pairs: usize) -> String {
         c.kept_in
     );
     if c.differences.is_empty() {
-        out.push_str(&format!("confirm: NCCL agrees with the prediction on {pairs} pair(s)\n"));
+        out.push_str(&format!(
+            "confirm: NCCL agrees with the prediction on {pairs} pair(s)\n"
+        ));
     }
     for d in &c.differences {
         out.push_str(&format!("CONFIRM MISMATCH: {d}\n"));

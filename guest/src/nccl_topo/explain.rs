@@ -391,3 +391,48 @@ pub fn mismatches(pairs: &[ExplainedPair], file: &FileChoice) -> Vec<String> {
     }
     out
 }
+
+/// The same rules applied to the system NCCL itself built (its
+/// `NCCL_TOPO_DUMP_FILE` text) must give the predicted path for every pair
+/// and the predicted net and GPUDirect RDMA for every GPU; each difference
+/// is a line (NCCL built another system than the one explained).
+pub fn against_dump(
+    dump: &str,
+    facts: &VmFacts,
+    pred: &nccl_rules::Prediction,
+) -> Result<Vec<String>, nccl_rules::TopoXmlError> {
+    let xml = nccl_rules::parse(dump)?;
+    let mut f = facts.clone();
+    f.nics.clear();
+    f.nvlinks = None;
+    let eff = nccl_rules::effective(Some(&xml), &f);
+    let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
+    let theirs = nccl_rules::predict(
+        &nccl_rules::Graph::build(&eff.xml),
+        &NcclEnv::default(),
+        &order,
+        &|_, _| DriverP2p::Allowed,
+    );
+    let mut out = Vec::new();
+    for (p, q) in pred.pairs.iter().zip(&theirs.pairs) {
+        if p.path != q.path {
+            out.push(format!(
+                "{}-{}: predicted path {}, NCCL's own system has {}",
+                p.a, p.b, p.path, q.path
+            ));
+        }
+    }
+    for (g, h) in pred.gpus.iter().zip(&theirs.gpus) {
+        if (g.net.as_deref(), g.gdr_write) != (h.net.as_deref(), h.gdr_write) {
+            out.push(format!(
+                "{}: predicted net {} (GPUDirect RDMA {}), NCCL's own system gives {} ({})",
+                g.gpu,
+                g.net.as_deref().unwrap_or("none"),
+                g.gdr_write,
+                h.net.as_deref().unwrap_or("none"),
+                h.gdr_write
+            ));
+        }
+    }
+    Ok(out)
+}
