@@ -12,7 +12,14 @@ use p2p_tests::{fixture_dir, repo_root, run, unpack_fixture};
 const HOST: [&str; 7] = [
     "topo", "plan", "inject", "snapshot", "apply", "allocate", "check",
 ];
-const GUEST: [&str; 5] = ["probe", "bench", "compare", "nccl-topo", "tune"];
+const GUEST: [&str; 6] = [
+    "probe",
+    "bench",
+    "compare",
+    "nccl-topo",
+    "nccl-explain",
+    "tune",
+];
 
 fn json_of(bin: &str, args: &[&str]) -> Value {
     let r = run(bin, args);
@@ -210,6 +217,20 @@ fn guest_documents_validate() {
     assert_eq!(probe["gpus"][0]["capability"]["offset"], "0xc8");
     let nccl = json_of("p2p-guest", &["nccl-topo", "--json", "--sysfs-root", vfio]);
     check("nccl-topo", &nccl);
+    let explain = json_of(
+        "p2p-guest",
+        &[
+            "nccl-topo",
+            "explain",
+            "--json",
+            "--no-driver",
+            "--default-path",
+            "/nonexistent",
+            "--sysfs-root",
+            vfio,
+        ],
+    );
+    check("nccl-explain", &explain);
 
     // Report format: what the 2x H200 run recorded, and compare on it.
     let results = repo_root().join("docs/results/h200x2-2026-11-22");

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use p2p_guest::nccl_topo::explain::{
-    self, ExplainInputs, ExplainReport, ExplainedPair, FileChoice, EXPLAIN_SCHEMA,
+    self, Confirmation, ExplainInputs, ExplainReport, ExplainedPair, FileChoice, EXPLAIN_SCHEMA,
     NCCL_RULES_VERSION,
 };
 use p2p_guest::nccl_topo::{self, NcclTopoError};
@@ -54,19 +54,6 @@ pub struct ExplainArgs {
     /// NCCL's own debug output and compare; any difference exits 1.
     #[arg(long, conflicts_with = "hide_nvlink")]
     confirm: bool,
-}
-
-/// What `--confirm` saw.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct Confirmation {
-    /// NCCL's version line.
-    pub nccl_version: Option<String>,
-    /// Channel connections read from NCCL's output.
-    pub channels: usize,
-    /// Where NCCL and the prediction differ; empty when they agree.
-    pub differences: Vec<String>,
-    /// NCCL's debug output and topology dump, kept for the record.
-    pub kept_in: String,
 }
 
 /// Runs NCCL in a child process of this binary (`nccl-topo confirm-run`) so
@@ -284,13 +271,10 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         notes: eff.notes,
         pairs,
         gpus: pred.gpus,
+        confirm: confirmation.clone(),
     };
     if a.json {
-        let mut v = serde_json::to_value(&report)?;
-        if let Some(c) = &confirmation {
-            v["confirm"] = serde_json::to_value(c)?;
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render_text(&report));
         if let Some(c) = &confirmation {

@@ -3,6 +3,7 @@
 
 use clap::Args;
 use p2p_guest::compare::Comparison;
+use p2p_guest::nccl_topo::explain::ExplainReport;
 use p2p_guest::nccl_topo::NcclTopoReport;
 use p2p_guest::probe::report::ProbeReport;
 use p2p_shared::report::bench::BenchReport;
@@ -13,7 +14,7 @@ use super::tune::TuneReport;
 
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// The document: probe, bench, compare, nccl-topo or tune. Without it, the list.
+    /// The document: probe, bench, compare, nccl-topo, nccl-explain or tune. Without it, the list.
     name: Option<String>,
 }
 
@@ -24,6 +25,11 @@ pub fn documents() -> Vec<Document> {
         ("bench", "vp2p.bench/1", schema_for!(BenchReport)),
         ("compare", "vp2p.compare/1", schema_for!(Comparison)),
         ("nccl-topo", "vp2p.nccl-topo/1", schema_for!(NcclTopoReport)),
+        (
+            "nccl-explain",
+            "vp2p.nccl-explain/1",
+            schema_for!(ExplainReport),
+        ),
         ("tune", "vp2p.tune/1", schema_for!(TuneReport<'static>)),
     ]
 }

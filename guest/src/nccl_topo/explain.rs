@@ -67,6 +67,21 @@ pub struct ExplainReport {
     pub gpus: Vec<GpuVerdict>,
     /// Where NCCL and the driver disagree, with what to change.
     pub mismatches: Vec<String>,
+    /// What NCCL itself did (`--confirm`); None without it.
+    pub confirm: Option<Confirmation>,
+}
+
+/// What `--confirm` saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Confirmation {
+    /// NCCL's version line.
+    pub nccl_version: Option<String>,
+    /// Channel connections read from NCCL's output.
+    pub channels: usize,
+    /// Where NCCL and the prediction differ; empty when they agree.
+    pub differences: Vec<String>,
+    /// NCCL's debug output and topology dump, kept for the record.
+    pub kept_in: String,
 }
 
 /// Where explain reads its facts.

@@ -26,9 +26,10 @@ pub enum SchemaError {
 /// its `$id`; an error names the choices.
 pub fn render(docs: &[Document], name: Option<&str>) -> Result<String, SchemaError> {
     let Some(n) = name else {
+        let w = docs.iter().map(|d| d.0.len()).max().unwrap_or(0) + 2;
         return Ok(docs
             .iter()
-            .map(|(name, tag, _)| format!("{name:<10}{tag}\n"))
+            .map(|(name, tag, _)| format!("{name:<w$}{tag}\n"))
             .collect());
     };
     let (_, tag, schema) = docs
