@@ -472,7 +472,8 @@ fn explain_confirm_matches_nccl_on_two_gpus() {
     let intel = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap()
         .contains("GenuineIntel");
-    let cases: Vec<(&str, Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         ("flat", vec!["--file", &flat], vec![], "SHM"),
         ("clique", vec!["--file", &clique], vec![], "P2P"),
         ("split", vec!["--file", &split], vec![], "SHM"),
