@@ -675,3 +675,50 @@ fn predictions_agree_with_nccls_own_dumps() {
         ]
     );
 }
+
+/// The captured guest of the injection test (QEMU mirror with real switches,
+/// capabilities naming cliques 0, 0, 0, 1, 2, 2): without a file NCCL reads
+/// sysfs, and 25:00.0 (clique 0, on a root port beside the switch of 23:00.0
+/// and 24:00.0) is PHB from them, so NCCL refuses P2P the driver allows; the
+/// file `nccl-topo --install` writes from the cliques puts each clique under
+/// one switch, and every mismatch is gone: P2P exactly within the cliques.
+#[test]
+fn derived_file_makes_nccl_agree_with_the_cliques() {
+    let tree = fixture_dir("qemu-11.1-vfio-user-gpus");
+    let none = tree.join("absent.xml");
+    let r = explain_json(&tree, &["--default-path", none.to_str().unwrap()], &[]);
+    let mismatches: Vec<&str> = r["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert_eq!(mismatches.len(), 2, "{mismatches:#?}");
+    assert!(mismatches[0].starts_with("the driver enables P2P for 0000:23:00.0-0000:25:00.0 (enable: both in clique 0), NCCL will not (PHB beyond PXB)"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("vt.xml");
+    let out = Command::new(binary("p2p-guest"))
+        .args(["nccl-topo", "--install", "--sysfs-root"])
+        .arg(&tree)
+        .arg("--out")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = explain_json(&tree, &["--file", file.to_str().unwrap()], &[]);
+    assert_eq!(r["mismatches"], serde_json::json!([]));
+    let clique = |bdf: &str| match bdf {
+        "0000:23:00.0" | "0000:24:00.0" | "0000:25:00.0" => 0,
+        "0000:41:00.0" => 1,
+        _ => 2,
+    };
+    for p in r["pairs"].as_array().unwrap() {
+        let (a, c) = (p["a"].as_str().unwrap(), p["b"].as_str().unwrap());
+        let want = if clique(a) == clique(c) { "P2P" } else { "SHM" };
+        assert_eq!(p["transport"], want, "{a}-{c}: {p:#}");
+    }
+}

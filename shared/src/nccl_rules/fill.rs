@@ -179,7 +179,7 @@ fn fill_cpu(cpu: &mut XmlCpu, id: &CpuIdentity, notes: &mut Vec<String>) {
     }
     if !filled.is_empty() {
         notes.push(format!(
-            "<cpu numaid=\"{}\">: {} from this machine's CPU (the file leaves them to NCCL)",
+            "<cpu numaid=\"{}\">: {} from the CPU's identity in cpuinfo (the file leaves them to NCCL)",
             cpu.numaid,
             filled.join(" ")
         ));
