@@ -328,6 +328,7 @@ pub fn run(cfg: BenchConfig, progress: &dyn Progress) -> Result<BenchReport, Ben
         },
         results,
         notes,
+        nccl_transports: Vec::new(),
     })
 }
 

@@ -9,9 +9,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use p2p_guest::bench::plan::{bench_size, DEFAULT_SIZES};
 use p2p_guest::bench::{run, BenchConfig, PairSelection, PeerPolicy, Progress, SmCopy};
 use p2p_guest::transfer::{self, Hold, MethodConfig, PeerAccess};
-use p2p_shared::report::bench::{BenchReport, Direction, Mode, ModeParseError};
+use p2p_shared::report::bench::{BenchReport, Direction, Mode, ModeParseError, NcclTransport};
 use p2p_shared::report::Table;
-use p2p_shared::{ByteSize, CudaOrdinal};
+use p2p_shared::{ByteSize, CudaOrdinal, GpuIndex};
 
 fn parse_mode(s: &str) -> Result<Mode, ModeParseError> {
     s.to_ascii_lowercase().parse()
@@ -261,13 +261,20 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
         },
         label,
     };
+    let nccl_log = capture_nccl_channels(&cfg.modes);
     let bar = Bar::new(!args.no_progress);
     let mut report = run(cfg, &bar)?;
+    if let Some(log) = &nccl_log {
+        report.nccl_transports = nccl_transports(log, Mode::Nccl);
+        let _ = std::fs::remove_file(log);
+    }
     if child_nccl {
         bar.note(
             "NCCL with NCCL_P2P_DISABLE=1 runs in a child process (NCCL reads it once per process)",
         );
-        report.results.extend(nccl_without_p2p(&args, &sizes)?);
+        let (results, transports) = nccl_without_p2p(&args, &sizes)?;
+        report.results.extend(results);
+        report.nccl_transports.extend(transports);
     }
     let text_to_stdout = !matches!(&args.json, Some(p) if p.as_os_str() == "-");
     match &args.json {
@@ -295,7 +302,10 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
 fn nccl_without_p2p(
     args: &BenchArgs,
     sizes: &[ByteSize],
-) -> anyhow::Result<Vec<p2p_shared::report::bench::Measurement>> {
+) -> anyhow::Result<(
+    Vec<p2p_shared::report::bench::Measurement>,
+    Vec<NcclTransport>,
+)> {
     let exe = std::env::current_exe().context("locating p2p-guest for the NCCL child run")?;
     let size_list: Vec<String> = sizes.iter().map(|s| s.0.to_string()).collect();
     let mut cmd = Command::new(exe);
@@ -333,7 +343,7 @@ fn nccl_without_p2p(
     }
     let child: BenchReport =
         serde_json::from_slice(&out.stdout).context("parsing the child's report")?;
-    Ok(child
+    let results = child
         .results
         .into_iter()
         .filter(|m| m.mode == Mode::Nccl)
@@ -341,5 +351,51 @@ fn nccl_without_p2p(
             m.mode = Mode::NcclNoP2p;
             m
         })
-        .collect())
+        .collect();
+    let transports = child
+        .nccl_transports
+        .into_iter()
+        .map(|mut t| {
+            t.mode = Mode::NcclNoP2p;
+            t
+        })
+        .collect();
+    Ok((results, transports))
+}
+
+/// With an `nccl` mode and NCCL_DEBUG left to us: NCCL's INFO lines about
+/// channels go to a file of this run (never to the terminal), read back into
+/// the report. Set here, before CUDA or NCCL start any thread of this
+/// process, because NCCL reads its variables once.
+fn capture_nccl_channels(modes: &[Mode]) -> Option<std::path::PathBuf> {
+    if !modes.contains(&Mode::Nccl) || std::env::var_os("NCCL_DEBUG").is_some() {
+        return None;
+    }
+    let log = std::env::temp_dir().join(format!("vp2p-bench-nccl-{}.log", std::process::id()));
+    std::env::set_var("NCCL_DEBUG", "INFO");
+    std::env::set_var("NCCL_DEBUG_SUBSYS", "INIT,P2P,SHM,NET");
+    std::env::set_var("NCCL_DEBUG_FILE", &log);
+    Some(log)
+}
+
+/// Every pair's `via` texts from NCCL's log, by rank (the run's GPU index).
+fn nccl_transports(log: &std::path::Path, mode: Mode) -> Vec<NcclTransport> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let seen = p2p_shared::nccl_rules::observed::parse_log(&text);
+    let mut out: Vec<NcclTransport> = Vec::new();
+    for c in &seen.channels {
+        let (src, dst) = (GpuIndex(c.from as usize), GpuIndex(c.to as usize));
+        match out.iter_mut().find(|t| t.src == src && t.dst == dst) {
+            Some(t) if !t.via.contains(&c.via) => t.via.push(c.via.clone()),
+            Some(_) => {}
+            None => out.push(NcclTransport {
+                mode,
+                src,
+                dst,
+                via: vec![c.via.clone()],
+            }),
+        }
+    }
+    out.sort_by_key(|t| (t.src.0, t.dst.0));
+    out
 }

@@ -368,6 +368,25 @@ pub struct BenchReport {
     pub results: Vec<Measurement>,
     /// What the run had to say (skipped pairs, retaken samples, probe flags).
     pub notes: Vec<String>,
+    /// The transports NCCL chose between GPUs in the `nccl` modes, read from
+    /// its own debug output; empty without NCCL modes, with NCCL_DEBUG set by
+    /// the user, or in runs recorded before it was kept.
+    #[serde(default)]
+    pub nccl_transports: Vec<NcclTransport>,
+}
+
+/// The transport NCCL used from one GPU to another in one mode, as its
+/// channel lines say (`Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NcclTransport {
+    /// `nccl` or `nccl-nop2p`.
+    pub mode: Mode,
+    /// Sending GPU (NCCL's rank, which is the run's GPU index).
+    pub src: GpuIndex,
+    /// Receiving GPU.
+    pub dst: GpuIndex,
+    /// Every distinct `via` text NCCL printed for the pair (`P2P/direct pointer`, `SHM/direct/direct`).
+    pub via: Vec<String>,
 }
 
 impl BenchReport {

@@ -253,6 +253,16 @@ impl BenchReport {
                 failed.join("; ")
             );
         }
+        for t in &self.nccl_transports {
+            let _ = writeln!(
+                out,
+                "NCCL ({}) GPU{} -> GPU{}: via {}",
+                t.mode.name(),
+                t.src.0,
+                t.dst.0,
+                t.via.join(", ")
+            );
+        }
         for n in &self.notes {
             let _ = writeln!(out, "Note: {n}");
         }
