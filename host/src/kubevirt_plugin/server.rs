@@ -38,19 +38,42 @@ pub(crate) async fn serve<P: DomainPatcher>(config: Config<P>) -> Result<(), Kub
         patcher: Arc::new(patcher),
         log,
     };
-    let served = tonic::transport::Server::builder()
-        .add_service(DomainHookServiceServer::new(hook))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DomainHookServiceServer::new(hook))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                let _ = stop_rx.await;
+            }),
+    );
+    let ended = tokio::select! {
+        r = &mut server => Some(r),
+        _ = term.recv() => None,
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let served = match ended {
+        Some(r) => r,
+        None => {
+            // Calls in flight finish; an idle connection a client keeps open
+            // must not hold the pod's termination.
+            let _ = stop_tx.send(());
+            match tokio::time::timeout(GRACE, &mut server).await {
+                Ok(r) => r,
+                Err(_) => {
+                    server.abort();
+                    Ok(Ok(()))
+                }
             }
-        })
-        .await;
+        }
+    };
     let _ = std::fs::remove_file(&socket);
     log("stopped");
-    Ok(served?)
+    served.map_err(|e| KubevirtPluginError::Io(std::io::Error::other(e)))??;
+    Ok(())
 }
+
+/// How long calls in flight may take to finish after SIGTERM.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `metadata.namespace/metadata.name` of the VMI, for the log.
 fn vmi_name(vmi: &str) -> String {
