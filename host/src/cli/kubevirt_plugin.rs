@@ -3,6 +3,7 @@
 //! `kubevirt_plugin`; what a domain becomes is [`super::kubevirt::decide`],
 //! the code path of `on-define-domain`.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -49,7 +50,11 @@ pub fn run(args: PluginHookArgs) -> anyhow::Result<()> {
     kubevirt_plugin::run(Config {
         socket: args.socket,
         patcher,
-        log: |m| eprintln!("p2p-host kubevirt plugin-hook: {m}"),
+        // A server whose stderr reader went away keeps serving (eprintln!
+        // would panic on the closed pipe).
+        log: |m| {
+            let _ = writeln!(std::io::stderr(), "p2p-host kubevirt plugin-hook: {m}");
+        },
     })?;
     Ok(())
 }

@@ -127,3 +127,39 @@ fn prepare_socket(path: &Path) -> Result<(), KubevirtPluginError> {
         Err(e) => Err(bind_err(e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invocation_contexts_are_kubevirts_names() {
+        for c in ["Boot", "MigrationSource", "MigrationTarget"] {
+            assert_eq!(api::InvocationContext::parse(c).unwrap().as_str(), c);
+        }
+        assert_eq!(api::InvocationContext::parse("boot"), None);
+        assert_eq!(api::InvocationContext::parse(""), None);
+    }
+
+    #[test]
+    fn the_default_socket_is_where_kubevirt_looks() {
+        let dir = format!("{}/{PLUGIN_NAME}/", api::PLUGIN_SOCKET_DIR);
+        assert!(DEFAULT_SOCKET.starts_with(&dir) && DEFAULT_SOCKET.ends_with(".sock"));
+    }
+
+    #[test]
+    fn a_stale_socket_goes_and_anything_else_stays() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sock = tmp.path().join("a/b/hook.sock");
+        prepare_socket(&sock).unwrap();
+        assert!(sock.parent().unwrap().is_dir());
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        drop(listener);
+        prepare_socket(&sock).unwrap();
+        assert!(!sock.exists());
+        std::fs::write(&sock, "not a socket").unwrap();
+        let e = prepare_socket(&sock).unwrap_err();
+        assert!(matches!(e, KubevirtPluginError::NotASocket(_)), "{e}");
+        assert_eq!(std::fs::read_to_string(&sock).unwrap(), "not a socket");
+    }
+}
