@@ -107,8 +107,14 @@ pub fn patch(
 }
 
 impl DomainPatch {
-    /// What `plan --patch-domain` and the hook say on standard error.
+    /// What `plan --patch-domain` and the hook say on standard error, each
+    /// line after `who: ` (nothing before it when `who` is empty).
     pub fn report(&self, who: &str) -> String {
+        let who = if who.is_empty() {
+            String::new()
+        } else {
+            format!("{who}: ")
+        };
         let mut out = String::new();
         if let Some(s) = &self.summary {
             let verdict = if self.changes.is_empty() {
@@ -116,13 +122,13 @@ impl DomainPatch {
             } else {
                 format!("{} change(s)", self.changes.len())
             };
-            out.push_str(&format!("{who}: {s}: {verdict}\n"));
+            out.push_str(&format!("{who}{s}: {verdict}\n"));
         }
         for c in &self.changes {
-            out.push_str(&format!("{who}:   {c}\n"));
+            out.push_str(&format!("{who}  {c}\n"));
         }
         for n in &self.notes {
-            out.push_str(&format!("{who}: note: {n}\n"));
+            out.push_str(&format!("{who}note: {n}\n"));
         }
         out
     }

@@ -3,6 +3,8 @@
 //! standard output. The policy comes from the VMI's `vp2p.io/` annotations;
 //! an error leaves the VM as it was (the domain unchanged, the reason on
 //! standard error) unless `vp2p.io/on-error: fail` asks to stop it.
+//! [`decide`] is that policy and patch, shared with `kubevirt plugin-hook`
+//! (KubeVirt 1.9.0's plugin domain hook, in `kubevirt_plugin.rs`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -13,7 +15,8 @@ use clap::{Args, Subcommand};
 use p2p_shared::guest_layout::FirstSlot;
 use p2p_shared::select::ClassPrefix;
 
-use super::domain::{patch, NcclChoice};
+use super::domain::{patch, DomainPatch, NcclChoice};
+use super::kubevirt_plugin::PluginHookArgs;
 use super::plan::{parse_level, LayoutArg, PlanArgs};
 use super::select::TopologyArgs;
 
@@ -50,6 +53,17 @@ enum Hook {
     /// Patch the domain virt-launcher is about to define with the plan for
     /// its GPUs (the sidecar-shim's onDefineDomain).
     OnDefineDomain(OnDefineDomainArgs),
+    /// Serve KubeVirt 1.9.0's plugin domain hook (VEP 190,
+    /// DomainHookService.MutateDomain) on a unix socket: the same patch as
+    /// on-define-domain, for a sidecar that a Plugin object names.
+    PluginHook(PluginHookArgs),
+}
+
+impl KubevirtArgs {
+    /// Whether the hook is a long-running server.
+    pub fn is_server(&self) -> bool {
+        matches!(self.hook, Hook::PluginHook(_))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -79,9 +93,25 @@ struct Policy {
 
 const WHO: &str = "p2p-host kubevirt on-define-domain";
 
-pub fn run(args: KubevirtArgs) -> anyhow::Result<()> {
-    let Hook::OnDefineDomain(a) = args.hook;
-    let annotations = annotations(&a.vmi);
+/// What the hook makes of a VMI and its domain.
+pub(super) enum Decision {
+    /// The domain patched (or as given, with nothing to do).
+    Patched(DomainPatch),
+    /// An error, and the VMI keeps its domain unchanged.
+    Kept(anyhow::Error),
+    /// An error, and the VMI asks (`vp2p.io/on-error: fail`) to stop.
+    Failed(anyhow::Error),
+}
+
+/// The policy from `vmi`'s annotations (`vmi_source` names the JSON in
+/// errors) applied to `domain` with the node's sysfs at `sysfs_root`.
+pub(super) fn decide(
+    vmi: &str,
+    domain: &str,
+    sysfs_root: &std::path::Path,
+    vmi_source: &str,
+) -> Decision {
+    let annotations = annotations(vmi, vmi_source);
     // An unreadable on-error annotation cannot ask to fail hard.
     let fail_hard = annotations
         .as_ref()
@@ -89,17 +119,31 @@ pub fn run(args: KubevirtArgs) -> anyhow::Result<()> {
         .and_then(|m| m.get("vp2p.io/on-error"))
         .is_some_and(|v| v.eq_ignore_ascii_case("fail"));
     let outcome = annotations
-        .and_then(|m| policy(&m, &a.sysfs_root))
-        .and_then(|p| patch(&p.plan, &a.domain, "the domain from virt-launcher", &p.nccl));
+        .and_then(|m| policy(&m, sysfs_root))
+        .and_then(|p| patch(&p.plan, domain, "the domain from virt-launcher", &p.nccl));
     match outcome {
-        Ok(patched) => {
+        Ok(patched) => Decision::Patched(patched),
+        Err(e) if fail_hard => {
+            Decision::Failed(e.context("vp2p.io/on-error is fail: the VM is not defined"))
+        }
+        Err(e) => Decision::Kept(e),
+    }
+}
+
+pub fn run(args: KubevirtArgs) -> anyhow::Result<()> {
+    let a = match args.hook {
+        Hook::OnDefineDomain(a) => a,
+        Hook::PluginHook(a) => return super::kubevirt_plugin::run(a),
+    };
+    match decide(&a.vmi, &a.domain, &a.sysfs_root, "--vmi") {
+        Decision::Patched(patched) => {
             print!("{}", patched.text);
             std::io::stdout().flush()?;
             eprint!("{}", patched.report(WHO));
             Ok(())
         }
-        Err(e) if fail_hard => Err(e.context("vp2p.io/on-error is fail: the VM is not defined")),
-        Err(e) => {
+        Decision::Failed(e) => Err(e),
+        Decision::Kept(e) => {
             eprintln!(
                 "{WHO}: error: {e:#}\n{WHO}: the domain passes unchanged, without P2P cliques \
                  (annotate the VMI with vp2p.io/on-error: fail to stop it instead)"
@@ -111,14 +155,15 @@ pub fn run(args: KubevirtArgs) -> anyhow::Result<()> {
 }
 
 /// `metadata.annotations` of the VMI JSON.
-fn annotations(vmi: &str) -> anyhow::Result<BTreeMap<String, String>> {
-    let v: serde_json::Value = serde_json::from_str(vmi).context("--vmi is not JSON")?;
+fn annotations(vmi: &str, source: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let v: serde_json::Value =
+        serde_json::from_str(vmi).with_context(|| format!("{source} is not JSON"))?;
     let Some(map) = v.pointer("/metadata/annotations") else {
         return Ok(BTreeMap::new());
     };
     let map = map
         .as_object()
-        .ok_or_else(|| anyhow!("--vmi: metadata.annotations is not an object"))?;
+        .ok_or_else(|| anyhow!("{source}: metadata.annotations is not an object"))?;
     Ok(map
         .iter()
         .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))

@@ -9,6 +9,7 @@ mod device_plugin;
 mod domain;
 mod inject;
 mod kubevirt;
+mod kubevirt_plugin;
 mod plan;
 mod schema;
 mod select;
@@ -57,7 +58,8 @@ enum Command {
     /// GetPreferredAllocation with the chooser and Allocate with /dev/vfio.
     DevicePlugin(device_plugin::DevicePluginArgs),
     /// Hooks for orchestrators: `kubevirt on-define-domain` patches the domain
-    /// KubeVirt's virt-launcher defines (run by its sidecar-shim).
+    /// KubeVirt's virt-launcher defines (run by its sidecar-shim); `kubevirt
+    /// plugin-hook` serves the same patch as a KubeVirt 1.9.0+ plugin hook.
     Kubevirt(kubevirt::KubevirtArgs),
     /// Hot-add a VM's GPUs with their cliques to a running Cloud Hypervisor.
     Apply(apply::ApplyArgs),
@@ -78,7 +80,11 @@ enum Command {
 impl Cli {
     /// Whether the command is the long-running vfio-user server.
     pub fn is_server(&self) -> bool {
-        matches!(self.command, Command::Serve(_) | Command::DevicePlugin(_))
+        match &self.command {
+            Command::Serve(_) | Command::DevicePlugin(_) => true,
+            Command::Kubevirt(k) => k.is_server(),
+            _ => false,
+        }
     }
 }
 
