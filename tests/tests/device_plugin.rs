@@ -124,6 +124,10 @@ impl Drop for Plugin {
 }
 
 fn start_plugin(dir: &Path, tree: &Path) -> Plugin {
+    start_plugin_with(dir, tree, &[])
+}
+
+fn start_plugin_with(dir: &Path, tree: &Path, policy: &[&str]) -> Plugin {
     let child = Command::new(binary("p2p-host"))
         .args([
             "device-plugin",
@@ -137,6 +141,7 @@ fn start_plugin(dir: &Path, tree: &Path) -> Plugin {
         .arg("--sysfs-root")
         .arg(tree)
         .args(["--poll-ms", "100"])
+        .args(policy)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -459,4 +464,58 @@ async fn bad_requests_get_errors_and_the_plugin_keeps_serving() {
         .unwrap()
         .into_inner();
     assert_eq!(ok.container_responses[0].device_ids, ["0000:81:00.0"]);
+}
+
+/// The chooser's policy options reach GetPreferredAllocation: under
+/// `--max-level pix --strict`, on the nested-switch tree (25 and 26 PIX under
+/// the inner switch, 27 PXB to them, 28 PHB, 81 SYS: `p2p-host topo`), four
+/// GPUs are no clique, so the plugin refuses as `allocate --max-level pix
+/// --strict` does, and two are the one PIX pair.
+#[tokio::test]
+async fn policy_options_reach_preferred_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = vfio_tree(dir.path());
+    let mut kubelet = start_kubelet(dir.path());
+    let _plugin = start_plugin_with(dir.path(), &tree, &["--max-level", "pix", "--strict"]);
+    let reg = kubelet.next_registration().await;
+    let mut c = client(dir.path(), &reg).await;
+    let err = c
+        .get_preferred_allocation(preferred_request(&GPUS, &[], 4))
+        .await
+        .unwrap_err();
+    let t = tree.to_str().unwrap();
+    let avail = GPUS.join(",");
+    let cli = run(
+        "p2p-host",
+        &[
+            "allocate",
+            "--sysfs-root",
+            t,
+            "--gpu-class",
+            "0108",
+            "--available",
+            &avail,
+            "--size",
+            "4",
+            "--max-level",
+            "pix",
+            "--strict",
+        ],
+    );
+    assert_eq!(cli.code, Some(2), "{}", cli.stdout);
+    assert!(
+        cli.stderr.contains(err.message()),
+        "plugin: {} / allocate: {}",
+        err.message(),
+        cli.stderr
+    );
+    let two = c
+        .get_preferred_allocation(preferred_request(&GPUS, &[], 2))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        two.container_responses[0].device_ids,
+        ["0000:25:00.0", "0000:26:00.0"]
+    );
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
 use p2p_host::device_plugin::{self, api, Config, Selector};
 
@@ -23,13 +24,41 @@ pub struct DevicePluginArgs {
     /// sysfs tree to read the GPUs and their health from.
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs_root: PathBuf,
+    /// GetPreferredAllocation: farthest PCIe class that still shares a clique
+    /// (pix, pxb, phb, node or sys), as `p2p-host allocate --max-level`.
+    #[arg(long, value_name = "LEVEL", default_value = "phb", value_parser = super::plan::parse_level)]
+    max_level: p2p_shared::clique::MaxLevel,
+    /// GetPreferredAllocation: refuse when no N available GPUs are one clique
+    /// (the kubelet then chooses by itself) instead of answering the nearest set.
+    #[arg(long)]
+    strict: bool,
+    /// Fabric Manager's partition list (`fmpm -l` output): answer only whole,
+    /// inactive partitions. Read once at start.
+    #[arg(long, value_name = "FILE")]
+    fm_partitions: Option<PathBuf>,
     /// Milliseconds between health and kubelet.sock checks.
     #[arg(long, value_name = "MS", default_value_t = 1000, hide = true)]
     poll_ms: u64,
 }
 
 pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {
+    let partitions = match &args.fm_partitions {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Some(
+                p2p_shared::chooser::parse_fmpm_list(&text)
+                    .with_context(|| path.display().to_string())?,
+            )
+        }
+        None => None,
+    };
     device_plugin::run(Config {
+        policy: device_plugin::Policy {
+            max_level: args.max_level,
+            strict: args.strict,
+            partitions,
+        },
         resource: args.resource,
         selector: args.selector.unwrap_or(Selector::Nvidia),
         kubelet_dir: args.kubelet_dir,

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use p2p_shared::chooser::{choose, ChooseError, Request};
+use p2p_shared::chooser::{choose, ChooseError, FmPartition, Request};
 use p2p_shared::clique::MaxLevel;
 use p2p_shared::{Bdf, GpuSelector, Role, Topology};
 
@@ -87,6 +87,19 @@ pub struct Inventory {
     root: PathBuf,
     resource: String,
     gpus: Vec<Bdf>,
+    policy: Policy,
+}
+
+/// How GetPreferredAllocation chooses: the options `p2p-host allocate` takes.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// Farthest class that still shares a clique.
+    pub max_level: MaxLevel,
+    /// Refuse when no N available GPUs are one clique (the kubelet then
+    /// falls back to its own choice), instead of answering the nearest set.
+    pub strict: bool,
+    /// Fabric Manager's partitions: answer only whole, inactive partitions.
+    pub partitions: Option<Vec<FmPartition>>,
 }
 
 impl Inventory {
@@ -115,7 +128,13 @@ impl Inventory {
             root,
             resource: resource.to_string(),
             gpus,
+            policy: Policy::default(),
         })
+    }
+
+    /// The same inventory choosing under `policy`.
+    pub fn with_policy(self, policy: Policy) -> Self {
+        Self { policy, ..self }
     }
 
     /// The GPUs offered, in address order.
@@ -167,13 +186,19 @@ impl Inventory {
             gpus: size,
             nics: 0,
             must_include,
-            max_level: MaxLevel::DEFAULT,
-            strict: false,
+            max_level: self.policy.max_level,
+            strict: self.policy.strict,
         };
         let selector = GpuSelector::List {
             bdfs: self.gpus.clone(),
         };
-        let choice = choose(topo, &selector, &available, &req, None)?;
+        let choice = choose(
+            topo,
+            &selector,
+            &available,
+            &req,
+            self.policy.partitions.as_deref(),
+        )?;
         Ok(choice.gpus.iter().map(Bdf::to_string).collect())
     }
 

@@ -15,7 +15,7 @@ mod restart;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use inventory::{kubevirt_env_var, socket_name, Inventory, Selector};
+pub use inventory::{kubevirt_env_var, socket_name, Inventory, Policy, Selector};
 pub use plugin::options;
 
 /// What `p2p-host device-plugin` was asked for.
@@ -31,6 +31,8 @@ pub struct Config {
     pub sysfs_root: PathBuf,
     /// How often health and kubelet.sock are checked.
     pub poll: Duration,
+    /// How GetPreferredAllocation chooses (level, strictness, partitions).
+    pub policy: Policy,
     /// Where the plugin's messages go (registrations, health changes, errors
     /// it retries): the library prints nothing itself.
     pub log: fn(&str),
@@ -57,7 +59,8 @@ pub enum DevicePluginError {
 
 /// Finds the GPUs, then serves and registers until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), DevicePluginError> {
-    let inventory = Inventory::discover(&config.sysfs_root, &config.resource, config.selector)?;
+    let inventory = Inventory::discover(&config.sysfs_root, &config.resource, config.selector)?
+        .with_policy(config.policy.clone());
     let ids: Vec<String> = inventory.gpus().iter().map(|b| b.to_string()).collect();
     (config.log)(&format!(
         "{} offers {} GPU(s) bound to vfio-pci: {}",
