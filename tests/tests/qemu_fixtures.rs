@@ -75,7 +75,11 @@ fn tables_list_every_pair_once() {
 
 /// QEMU trees whose expectations live with another test: the vfio-user GPU
 /// topology of the injection end-to-end test (tests/tests/e2e_injection.rs).
-const TESTED_ELSEWHERE: [&str; 1] = ["qemu-11.1-vfio-user-gpus"];
+const TESTED_ELSEWHERE: [&str; 3] = [
+    "qemu-11.1-vfio-user-gpus",
+    "qemu-11.1-pcie-costs-iommu-on",
+    "qemu-11.1-pcie-costs-iommu-off",
+];
 
 #[test]
 fn every_qemu_fixture_is_tested_and_small() {
