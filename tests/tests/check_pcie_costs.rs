@@ -32,7 +32,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use p2p_tests::{fixture_dir, run};
+use p2p_tests::{fixture_dir, run, topo_route_cell};
 use serde_json::Value;
 
 const DEV0: &str = "0000:23:00.0";
@@ -336,4 +336,74 @@ fn an_endpoint_wider_than_its_narrowed_port_fails_against_the_port() {
     assert_eq!(code, Some(1));
     // The untouched x1 endpoints still pass.
     assert_eq!(get(&m, DEV4, "link-width").0, "pass");
+}
+
+#[test]
+fn topo_names_each_devices_ats_and_the_switch_turns_translation() {
+    // `topo --json`: gpus[].ats per function, as QEMU and the kernel set it
+    // (the header): enabled on the ats=on functions with the IOMMU on, the
+    // capability present but off without it, absent elsewhere.
+    for (iommu, with) in [("on", "enabled"), ("off", "disabled")] {
+        let root = tree(iommu);
+        let r = run(
+            "p2p-host",
+            &[
+                "topo",
+                "--json",
+                "--sysfs-root",
+                root.to_str().unwrap(),
+                "--gpu-class",
+                "0100",
+            ],
+        );
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        let v: Value = serde_json::from_str(&r.stdout).unwrap();
+        for g in v["gpus"].as_array().unwrap() {
+            let bdf = g["bdf"].as_str().unwrap();
+            let want = if WITH_ATS.contains(&bdf) {
+                with
+            } else {
+                "absent"
+            };
+            assert_eq!(g["ats"], want, "{iommu}: {bdf}");
+        }
+    }
+    // The route column, IOMMU on: GPU0 (23:00.0) and GPU1 (24:00.0) turn in
+    // the switch with ATS on at both; GPU2 (25:00.0) has none.
+    let root = tree("on");
+    let r = run(
+        "p2p-host",
+        &[
+            "topo",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--gpu-class",
+            "0100",
+        ],
+    );
+    assert_eq!(
+        topo_route_cell(&r.stdout, "GPU0-GPU1"),
+        "turns in switch at 0000:21:00.0 (below the root complex), ATS on at both (translated at the devices)"
+    );
+    assert_eq!(
+        topo_route_cell(&r.stdout, "GPU0-GPU2"),
+        "turns in switch at 0000:21:00.0 (below the root complex), ATS off at GPU2 (untranslated)"
+    );
+    assert_eq!(
+        topo_route_cell(&r.stdout, "GPU0-GPU3"),
+        "through root complex pci0000:20"
+    );
+    // Without the IOMMU nothing is translated: no ATS note.
+    let root = tree("off");
+    let r = run(
+        "p2p-host",
+        &[
+            "topo",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--gpu-class",
+            "0100",
+        ],
+    );
+    assert!(!r.stdout.contains("ATS"), "{}", r.stdout);
 }
