@@ -7,7 +7,8 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use p2p_guest::bench::route_of;
+use p2p_guest::bench::host_plan::HostRoutes;
+use p2p_guest::bench::{route_of, route_with_host};
 use p2p_guest::probe::{probe, ProbeOptions};
 use p2p_shared::Bdf;
 
@@ -51,4 +52,37 @@ fn ats_visible_and_on_at_both_gpus_makes_the_route_pcie_ats() {
     // 25:00.0 kept its hidden header: one side without ATS is `pcie`.
     assert_eq!(route(&root, "0000:23:00.0", "0000:25:00.0"), "pcie");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_host_plan_names_the_host_route_after_the_guest_one() {
+    // The pcie-costs tree as the guest sees it (no NVIDIA GPU: the guest
+    // alone says `pcie`), and the host plan recorded from the same tree
+    // (tests/fixtures/host-plans/pcie-costs-mirror.json): 23:00.0 and
+    // 24:00.0 meet in switch 21:00.0, 26:00.0 is on another root port of
+    // pxb0, pxb1's 81:00.0 is guest 31:00.0 in that mirrored layout.
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/qemu-11.1-pcie-costs-iommu-on");
+    let plan = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/host-plans/pcie-costs-mirror.json");
+    let (report, _) = probe(&tree, &ProbeOptions { use_driver: false }).unwrap();
+    let host = HostRoutes::load(&plan, None).unwrap();
+    let r = |a: &str, b: &str, h: Option<&HostRoutes>| {
+        route_with_host(&report, h, a.parse::<Bdf>().unwrap(), b.parse().unwrap())
+    };
+    assert_eq!(r("0000:23:00.0", "0000:24:00.0", None), "pcie");
+    assert_eq!(
+        r("0000:23:00.0", "0000:24:00.0", Some(&host)),
+        "pcie-switch"
+    );
+    assert_eq!(
+        r("0000:26:00.0", "0000:23:00.0", Some(&host)),
+        "pcie-root-complex"
+    );
+    assert_eq!(
+        r("0000:26:00.0", "0000:31:00.0", Some(&host)),
+        "pcie-sockets"
+    );
+    // A pair the plan does not hold keeps the guest's own route.
+    assert_eq!(r("0000:23:00.0", "0000:81:00.0", Some(&host)), "pcie");
 }

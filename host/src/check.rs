@@ -11,6 +11,7 @@ use kvm_ioctls::{Cap, Kvm};
 use p2p_shared::check::{BarFacts, HostFacts, KvmFacts};
 use p2p_shared::pci::ConfigSpace;
 use p2p_shared::pcie_cost::PcieFacts;
+use p2p_shared::report::AtsEntry;
 use p2p_shared::{Bdf, Topology};
 
 use crate::sysfs::SysfsRoot;
@@ -128,6 +129,25 @@ pub fn pcie_facts(bdf: Bdf, raw: &[u8]) -> Option<PcieFacts> {
         link_capabilities: cfg.link_capabilities().ok().flatten(),
         link_status: cfg.link_status().ok().flatten(),
     })
+}
+
+/// The ATS state of `bdf` from its config file under `root`, for the topo
+/// report: Unknown when the file or its extended space (past 256 bytes, root
+/// only) cannot be read, or its extended capability list is malformed.
+pub fn ats_entry(root: &SysfsRoot, bdf: Bdf) -> AtsEntry {
+    let p = root.path().join(format!("bus/pci/devices/{bdf}/config"));
+    let Ok(raw) = fs::read(&p) else {
+        return AtsEntry::Unknown;
+    };
+    match ConfigSpace::new(&raw) {
+        Ok(cfg) if cfg.has_extended_space() => match cfg.ats() {
+            Ok(Some(a)) if a.enabled => AtsEntry::Enabled,
+            Ok(Some(_)) => AtsEntry::Disabled,
+            Ok(None) => AtsEntry::Absent,
+            Err(_) => AtsEntry::Unknown,
+        },
+        _ => AtsEntry::Unknown,
+    }
 }
 
 #[cfg(test)]

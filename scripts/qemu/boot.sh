@@ -23,7 +23,8 @@
 # --topology-args FILE: for topology `args`, the device arguments, one QEMU argument per
 #   line (what `p2p-host plan --guest-topology mirror --emit qemu` writes, with vfio-pci
 #   devices swapped for stand-ins); the machine, CPUs and NUMA nodes are boot.sh's.
-# Env: VP2P_IOMMU_OPTS (default "intremap=on,caching-mode=on"; caching-mode is what vfio and
+# Env: VP2P_IOMMU_OPTS (default "intremap=on,caching-mode=on", plus device-iotlb=on for pcie-costs;
+#      caching-mode is what vfio and
 #      vfio-user devices behind a vIOMMU require), VP2P_SMP_THREADS (default: TCG default).
 # shellcheck disable=SC2054,SC2015,SC2317  # commas inside QEMU args; A && B || die; trap fn
 set -euo pipefail
@@ -185,6 +186,45 @@ topo_vfio_user_gpus() {
     done
 }
 
+# pcie-costs: the PCIe settings that decide a peer request's route and speed, set both ways
+# (vp2p check's throughput items). Devices are virtio-scsi-pci functions (class 0x010000,
+# modern only, no backend needed; select them with --gpu-class 0100), four with ats=on
+# (QEMU adds the ATS extended capability, ID 0x000F, Enable clear) and two without; the
+# IOMMU offers Device-TLBs (device-iotlb=on: ECAP.DT, and the DMAR table's ATSR covers all
+# root ports), so the guest kernel turns ATS on where the capability is present and the
+# IOMMU translates. Root ports carry narrowed link capabilities (x-width/x-speed set
+# LnkCap of the port only; an emulated endpoint's LnkCap and LnkSta stay x1 2.5 GT/s and
+# the port's LnkSta mirrors the device below, capped by the port's LnkCap).
+#
+#   pxb0 (pci0000:20, numa_node 0)
+#   |- root port rp0a (x16, 16 GT/s) -> switch sw0 (x3130) -> sw0dn0 -> dev0 ats=on
+#   |                                                      |- sw0dn1 -> dev1 ats=on
+#   |                                                      `- sw0dn2 -> dev2 (no ATS)
+#   `- root port rp0b (x4, 8 GT/s)  -> dev3 ats=on
+#   pxb1 (pci0000:80, numa_node 1)
+#   |- root port rp1a (x1, 2.5 GT/s) -> dev4 ats=on
+#   `- root port rp1b (default x32, 16 GT/s) -> dev5 (no ATS)
+topo_pcie_costs() {
+    topo_common
+    IOMMU_DEFAULT_OPTS="intremap=on,caching-mode=on,device-iotlb=on"
+    TOPO+=(-device pxb-pcie,id=pxb0,bus=pcie.0,addr=0x10,bus_nr=0x20,numa_node=0
+        -device pcie-root-port,id=rp0a,bus=pxb0,addr=0x0,chassis=2,slot=0,x-speed=16,x-width=16
+        -device x3130-upstream,id=sw0,bus=rp0a
+        -device xio3130-downstream,id=sw0dn0,bus=sw0,addr=0x0,chassis=3,slot=0
+        -device xio3130-downstream,id=sw0dn1,bus=sw0,addr=0x1,chassis=3,slot=1
+        -device xio3130-downstream,id=sw0dn2,bus=sw0,addr=0x2,chassis=3,slot=2
+        -device virtio-scsi-pci,id=dev0,bus=sw0dn0,disable-legacy=on,ats=on
+        -device virtio-scsi-pci,id=dev1,bus=sw0dn1,disable-legacy=on,ats=on
+        -device virtio-scsi-pci,id=dev2,bus=sw0dn2,disable-legacy=on
+        -device pcie-root-port,id=rp0b,bus=pxb0,addr=0x1,chassis=4,slot=0,x-speed=8,x-width=4
+        -device virtio-scsi-pci,id=dev3,bus=rp0b,disable-legacy=on,ats=on
+        -device pxb-pcie,id=pxb1,bus=pcie.0,addr=0x12,bus_nr=0x80,numa_node=1
+        -device pcie-root-port,id=rp1a,bus=pxb1,addr=0x0,chassis=5,slot=0,x-speed=2_5,x-width=1
+        -device virtio-scsi-pci,id=dev4,bus=rp1a,disable-legacy=on,ats=on
+        -device pcie-root-port,id=rp1b,bus=pxb1,addr=0x1,chassis=6,slot=0
+        -device virtio-scsi-pci,id=dev5,bus=rp1b,disable-legacy=on)
+}
+
 # args: q35 with two NUMA nodes of shared memory (vfio-user servers can map it), and every
 # device from --topology-args FILE. Used by the mirrored-layout end-to-end test.
 topo_args() {
@@ -199,7 +239,7 @@ topo_args() {
     done <"$TOPO_ARGS"
 }
 
-TOPOLOGIES="two-socket nested-switch vfio-user-gpus args"
+TOPOLOGIES="two-socket nested-switch vfio-user-gpus pcie-costs args"
 
 # ----------------------------------------------------------------------------- arguments
 QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0 VFIO_USER_DIR="" TOPO_ARGS=""
@@ -235,11 +275,12 @@ esac
 [ -r "$INITRD" ] || { echo "error: initrd $INITRD not readable" >&2; exit 2; }
 [ -r "$VP2P_KERNEL" ] || { echo "error: kernel $VP2P_KERNEL missing; run setup.sh" >&2; exit 2; }
 
-TOPO=()
+TOPO=() IOMMU_DEFAULT_OPTS="intremap=on,caching-mode=on"
 case "$TOPOLOGY" in
     two-socket) topo_two_socket ;;
     nested-switch) topo_nested_switch ;;
     vfio-user-gpus) topo_vfio_user_gpus ;;
+    pcie-costs) topo_pcie_costs ;;
     args) topo_args ;;
     *) echo "error: unknown topology '$TOPOLOGY' (known: $TOPOLOGIES)" >&2; exit 2 ;;
 esac
@@ -248,7 +289,7 @@ CMDLINE="console=ttyS0,115200 panic=-1 quiet rdinit=/init"
 IOMMU_DEV=()
 case "$IOMMU" in
     # TCG: intremap=on works without kernel-irqchip=split (that is only required with KVM).
-    on) IOMMU_DEV=(-device "intel-iommu,${VP2P_IOMMU_OPTS:-intremap=on,caching-mode=on}")
+    on) IOMMU_DEV=(-device "intel-iommu,${VP2P_IOMMU_OPTS:-$IOMMU_DEFAULT_OPTS}")
         CMDLINE="$CMDLINE intel_iommu=on" ;;
     off) ;;
     *) echo "error: --iommu wants on or off" >&2; exit 2 ;;

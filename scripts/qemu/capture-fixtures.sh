@@ -9,7 +9,7 @@
 # an initramfs holding target/static/.../p2p-host (built by build-guest-bins.sh), and the
 # guest runs, as root on the live /sys:
 #   p2p-host snapshot --out /tmp/cap             -> /tmp/cap/sysfs (PCI attributes + links)
-#   p2p-host topo --json --gpu-class 0108 --all-nics -> /tmp/cap/topo.json
+#   p2p-host topo --json --gpu-class "$cls" --all-nics -> /tmp/cap/topo.json
 # plus nvme-serials.txt (QEMU id vp2p-gpuN -> PCI address, from /sys/class/nvme) and
 # guest.txt (uname -r, /proc/cmdline, p2p-host's stderr). vp2p-emit sends /tmp/cap over
 # the serial console, extract.sh unpacks it, and the result replaces
@@ -18,6 +18,9 @@
 # package, the boot.sh command line. QEMU "10" is the trixie-backports build (11.1.x); the
 # directory name carries the real major.minor read from the binary.
 #
+# pcie-costs (boot.sh's topology of ATS and narrowed root ports, virtio-scsi "GPUs" of class
+# 0x0100: the guest is told with vp2p_gpu_class=0100 on its command line) is captured only on
+# request: --combo 10:pcie-costs:on (and :off).
 # Default combinations (the ones that add something; --all takes all eight):
 #   7.2:two-socket:on  7.2:two-socket:off  7.2:nested-switch:on
 #   10:two-socket:on   10:two-socket:off   10:nested-switch:on
@@ -65,11 +68,15 @@ for n in /sys/class/nvme/nvme*; do
     [ -e "$n/serial" ] || continue
     echo "$(tr -d ' ' <"$n/serial") $(basename "$(realpath "$n/device")")"
 done | sort >/tmp/cap/nvme-serials.txt
+# The class code that selects the "GPUs" (vp2p_gpu_class= on the kernel command line;
+# pcie-costs uses virtio-scsi-pci functions, class 0x010000), default the NVMe stand-ins'.
+cls=$(sed -n 's/.*vp2p_gpu_class=\([0-9a-fA-F]*\).*/\1/p' /proc/cmdline)
+[ -n "$cls" ] || cls=0108
 rc=0
 p2p-host snapshot --out /tmp/cap 2>/tmp/cap/snapshot.err >/tmp/cap/snapshot.out || rc=$?
 echo "snapshot rc=$rc: $(cat /tmp/cap/snapshot.out) $(cat /tmp/cap/snapshot.err)"
 [ $rc -eq 0 ] || exit 10
-p2p-host topo --json --gpu-class 0108 --all-nics >/tmp/cap/topo.json 2>/tmp/cap/topo.err || rc=$?
+p2p-host topo --json --gpu-class "$cls" --all-nics >/tmp/cap/topo.json 2>/tmp/cap/topo.err || rc=$?
 echo "topo rc=$rc, $(wc -c </tmp/cap/topo.json) bytes of JSON"
 [ $rc -eq 0 ] || { cat /tmp/cap/topo.err; exit 11; }
 {
@@ -81,7 +88,7 @@ echo "topo rc=$rc, $(wc -c </tmp/cap/topo.json) bytes of JSON"
     echo "p2p-host topo stderr: $(cat /tmp/cap/topo.err)"
 } >/tmp/cap/guest.txt
 rm -f /tmp/cap/snapshot.out /tmp/cap/snapshot.err /tmp/cap/topo.err
-p2p-host topo --gpu-class 0108 --sysfs-root /tmp/cap || true
+p2p-host topo --gpu-class "$cls" --sysfs-root /tmp/cap || true
 cd /tmp/cap && vp2p-emit capture sysfs topo.json nvme-serials.txt guest.txt
 EOF
 }
@@ -89,7 +96,8 @@ EOF
 if [ -n "$SCRIPT_ONLY" ]; then guest_script "$SCRIPT_ONLY"; chmod 755 "$SCRIPT_ONLY"; exit 0; fi
 [ ${#COMBOS[@]} -gt 0 ] || COMBOS=("${DEFAULT_COMBOS[@]}")
 for c in "${COMBOS[@]}"; do
-    [[ "$c" =~ ^(7\.2|10):(two-socket|nested-switch):(on|off)$ ]] || die "bad --combo '$c' (want 7.2|10:two-socket|nested-switch:on|off)"
+    [[ "$c" =~ ^(7\.2|10):(two-socket|nested-switch|pcie-costs):(on|off)$ ]] ||
+        die "bad --combo '$c' (want 7.2|10:two-socket|nested-switch|pcie-costs:on|off)"
 done
 load_paths
 
@@ -116,7 +124,9 @@ for c in "${COMBOS[@]}"; do
     log "== $name (QEMU $qver, kernel $VP2P_KERNEL_VERSION)"
     log_file="$LOGS/$name.log"
     t0=$(date +%s)
-    if ! "$HERE/boot.sh" --qemu "$q" --topology "$topo" --iommu "$iommu" --initrd "$INITRD" \
+    append=()
+    [ "$topo" != pcie-costs ] || append=(--append vp2p_gpu_class=0100)
+    if ! "$HERE/boot.sh" --qemu "$q" --topology "$topo" --iommu "$iommu" --initrd "$INITRD" "${append[@]}" \
         --timeout "$TIMEOUT" --log "$log_file" >/dev/null; then
         log "FAILED: boot of $name (serial log: $log_file)"; fail=1; continue
     fi
@@ -133,9 +143,9 @@ for c in "${COMBOS[@]}"; do
         echo "captured: $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/qemu/capture-fixtures.sh"
         echo "qemu: $qver ($qbin, --qemu $q)"
         echo "kernel: $VP2P_KERNEL_VERSION"
-        echo "boot: scripts/qemu/boot.sh --qemu $q --topology $topo --iommu $iommu"
+        echo "boot: scripts/qemu/boot.sh --qemu $q --topology $topo --iommu $iommu${append[*]:+ ${append[*]}}"
         echo "qemu command line (paths shortened):"
-        "$HERE/boot.sh" --qemu "$q" --topology "$topo" --iommu "$iommu" --initrd "$INITRD" --print-cmd \
+        "$HERE/boot.sh" --qemu "$q" --topology "$topo" --iommu "$iommu" --initrd "$INITRD" "${append[@]}" --print-cmd \
             | sed -e "s|$VP2P_CACHE|\$VP2P_CACHE|g" -e "s|$WORK/||g"
     } >"$stage/capture.txt"
     dest="$OUT/$name"

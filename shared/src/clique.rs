@@ -98,6 +98,12 @@ pub struct PairVerdict {
     pub same_clique: bool,
     /// One line: why allowed or not, and how traffic is routed.
     pub reason: String,
+    /// Where the pair's peer requests turn around in the host tree (a
+    /// switch, up to the root complex for ACS redirect, across root
+    /// complexes): what `p2p-guest bench --host-plan` records as each
+    /// pair's route. Absent in plans made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<PeerRoute>,
 }
 
 /// One GPU's clique and the reasons for it.
@@ -227,6 +233,7 @@ pub fn plan_cliques(
                 allowed: allowed(i, j),
                 same_clique: clique_of[i] == clique_of[j],
                 reason: pair_reason(p.class, p.pcie_class, &p.route, level, allowed(i, j)),
+                route: Some(p.route.clone()),
             });
         }
     }

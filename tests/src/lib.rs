@@ -128,3 +128,33 @@ pub fn two_socket_cliques() -> Vec<(String, u8)> {
     .map(|(b, c)| (b.to_string(), c))
     .collect()
 }
+
+/// The ROUTE cell of `pair` (`GPU0-GPU1`) in `p2p-host topo`'s routing table,
+/// its wrapped lines joined with single spaces; panics when the table or the
+/// pair is missing (a test helper).
+pub fn topo_route_cell(out: &str, pair: &str) -> String {
+    let lines: Vec<&str> = out.lines().collect();
+    let head = lines
+        .iter()
+        .find(|l| l.contains("ROUTE") && l.contains("IOMMU"))
+        .unwrap();
+    let (from, to) = (head.find("ROUTE").unwrap(), head.find("IOMMU").unwrap());
+    let cell = |l: &str| {
+        l.get(from..to.min(l.len()))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    let at = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with(&format!("{pair} ")))
+        .unwrap();
+    let mut parts = vec![cell(lines[at])];
+    for l in &lines[at + 1..] {
+        if l.len() < from || !l[..from].trim().is_empty() || l.trim().is_empty() {
+            break;
+        }
+        parts.push(cell(l));
+    }
+    parts.join(" ")
+}

@@ -275,7 +275,19 @@ fn topo_route_column_tells_direct_translated_apart() {
     // 0x5d: bit 6 on as well.
     edit_acs(tree.path(), [0x5d, 0x5d]);
     let out = topo();
-    assert!(out.contains("ACS ReqRedir+DirectTrans on"), "{out}");
+    // The captured NVMe stand-ins have no ATS (empty extended list): with DT
+    // on, their requests still go up to be translated.
+    assert_eq!(
+        p2p_tests::topo_route_cell(&out, "GPU0-GPU1"),
+        "meets at 0000:23:00.0, ACS ReqRedir+DirectTrans on 0000:24:00.0,0000:24:01.0; ATS off at GPU0,GPU1: up to the root complex"
+    );
+    // Edit 3 (in edit_endpoints): ATS Control bit 15 on at gpu0 and gpu1.
+    edit_endpoints(tree.path());
+    let out = topo();
+    assert_eq!(
+        p2p_tests::topo_route_cell(&out, "GPU0-GPU1"),
+        "meets at 0000:23:00.0, ACS ReqRedir+DirectTrans on 0000:24:00.0,0000:24:01.0; ATS on at both: direct"
+    );
 }
 
 #[test]

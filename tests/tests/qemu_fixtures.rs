@@ -74,8 +74,13 @@ fn tables_list_every_pair_once() {
 }
 
 /// QEMU trees whose expectations live with another test: the vfio-user GPU
-/// topology of the injection end-to-end test (tests/tests/e2e_injection.rs).
-const TESTED_ELSEWHERE: [&str; 1] = ["qemu-11.1-vfio-user-gpus"];
+/// topology of the injection end-to-end test (tests/tests/e2e_injection.rs), and
+/// the pcie-costs trees of tests/tests/check_pcie_costs.rs.
+const TESTED_ELSEWHERE: [&str; 3] = [
+    "qemu-11.1-vfio-user-gpus",
+    "qemu-11.1-pcie-costs-iommu-on",
+    "qemu-11.1-pcie-costs-iommu-off",
+];
 
 #[test]
 fn every_qemu_fixture_is_tested_and_small() {

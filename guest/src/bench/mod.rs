@@ -4,6 +4,7 @@
 //! warm-up, several samples, median and spread, every transfer verified.
 
 mod copies;
+pub mod host_plan;
 pub mod machine;
 mod measure;
 pub mod nccl;
@@ -110,6 +111,9 @@ pub struct BenchConfig {
     pub sm_copy: SmCopy,
     /// A name for the run, shown by compare.
     pub label: String,
+    /// The host plan's route of each pair (`--host-plan FILE`); None: the
+    /// route is what the guest sees alone.
+    pub host_routes: Option<host_plan::HostRoutes>,
 }
 
 /// Progress of a long run, drawn by the caller.
@@ -225,7 +229,7 @@ fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchEr
             let class = decision
                 .and_then(|d| d.nvlinks)
                 .map_or_else(|| "PCIe".to_string(), |c| format!("NV{c}"));
-            let route = route_of(&probe, a.bdf, b.bdf);
+            let route = route_with_host(&probe, cfg.host_routes.as_ref(), a.bdf, b.bdf);
             pairs.push(BenchPair {
                 src: GpuIndex(i),
                 dst: GpuIndex(j),
@@ -404,6 +408,23 @@ pub fn tune_sm(
     }
     progress.finish();
     Ok(out)
+}
+
+/// The route of a pair ([`BenchPair::route`]): with a host plan that holds
+/// the pair, `pcie-` (or `pcie-ats-` where the guest sees ATS on at both)
+/// followed by the host route's name ([`host_plan::route_name`]); NVLink
+/// stays `nvlink`; otherwise what the guest knows alone ([`route_of`]).
+pub fn route_with_host(
+    probe: &crate::probe::report::ProbeReport,
+    host: Option<&host_plan::HostRoutes>,
+    a: p2p_shared::Bdf,
+    b: p2p_shared::Bdf,
+) -> String {
+    let guest = route_of(probe, a, b);
+    match host.and_then(|h| h.route(a, b)) {
+        Some(r) if guest != "nvlink" => format!("{guest}-{}", host_plan::route_name(r)),
+        _ => guest,
+    }
 }
 
 /// The route of a pair as the guest knows it ([`BenchPair::route`]).

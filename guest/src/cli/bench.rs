@@ -6,6 +6,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use p2p_guest::bench::host_plan::HostRoutes;
 use p2p_guest::bench::plan::{bench_size, DEFAULT_SIZES};
 use p2p_guest::bench::{run, BenchConfig, PairSelection, PeerPolicy, Progress, SmCopy};
 use p2p_guest::transfer::{self, Hold, MethodConfig, PeerAccess};
@@ -114,6 +115,14 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// A `p2p-host plan --json` file for this VM: each pair's route in the
+    /// report is then the host's (pcie-switch, pcie-root-complex, ...),
+    /// matched through the plan's guest addresses.
+    #[arg(long, value_name = "FILE")]
+    host_plan: Option<PathBuf>,
+    /// The VM of --host-plan this guest is, when the plan holds several.
+    #[arg(long, value_name = "NAME", requires = "host_plan")]
+    host_plan_vm: Option<String>,
 }
 
 pub struct Bar(pub Option<ProgressBar>);
@@ -236,7 +245,12 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         args.label.clone()
     };
+    let host_routes = match &args.host_plan {
+        Some(f) => Some(HostRoutes::load(f, args.host_plan_vm.as_deref())?),
+        None => None,
+    };
     let cfg = BenchConfig {
+        host_routes,
         sysfs_root: args.sysfs_root.clone(),
         modes: in_process,
         directions: args.directions.clone(),

@@ -50,6 +50,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         pingpong_rounds: 1,
         sm_copy: SmCopy::default(),
         label: "tune-sm".into(),
+        host_routes: None,
     };
     let mut points = tune_sm(cfg, &args.blocks_per_sm, &args.threads, &Bar::new(true))?;
     points.sort_by(|a, b| b.gbps.total_cmp(&a.gbps));

@@ -25,7 +25,11 @@ pub fn run(args: TopoArgs) -> anyhow::Result<()> {
     } else {
         NicRows::Rdma
     };
-    let report = TopoReport::build_with(&topo, &selector, &root.path().display().to_string(), rows);
+    let mut report =
+        TopoReport::build_with(&topo, &selector, &root.path().display().to_string(), rows);
+    for d in report.gpus.iter_mut().chain(report.nics.iter_mut()) {
+        d.ats = p2p_host::check::ats_entry(&root, d.bdf);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -297,8 +297,11 @@ pub struct BenchPair {
     /// The route peer requests take as the guest knows it: `local`, `nvlink`,
     /// `pcie-ats` (ATS on at both GPUs as the guest sees them: translated
     /// requests may go direct through a switch) or `pcie` (ATS off, absent or
-    /// hidden in the VM; the host's `check` names the route); empty in runs
-    /// recorded before it was kept.
+    /// hidden in the VM; the host's `check` names the route). With
+    /// `--host-plan FILE` the host plan's route follows: `pcie-switch`,
+    /// `pcie-ats-switch`, `pcie-acs-redirect`, `pcie-root-complex`,
+    /// `pcie-host-bridges`, `pcie-sockets`, ... Empty in runs recorded before
+    /// it was kept.
     #[serde(default)]
     pub route: String,
     /// cuDeviceCanAccessPeer.

@@ -13,5 +13,5 @@ pub use bench_text::significant;
 pub use cpulist::CpuList;
 pub use plan::{PlanReport, PLAN_SCHEMA};
 pub use table::Table;
-pub use topo::{BridgeEntry, DeviceEntry, Matrix, NicRows, TopoReport, TOPO_SCHEMA};
+pub use topo::{AtsEntry, BridgeEntry, DeviceEntry, Matrix, NicRows, TopoReport, TOPO_SCHEMA};
 pub use topo_text::LEGEND;

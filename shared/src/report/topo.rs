@@ -49,6 +49,28 @@ pub struct DeviceEntry {
     /// report was asked for every network function.
     #[serde(default)]
     pub rdma_devices: Vec<String>,
+    /// Its ATS extended capability (ID 0x000F), read from config space by
+    /// `p2p-host topo`: whether its peer requests can carry translated
+    /// addresses, which decides whether a turn in a switch goes direct.
+    #[serde(default)]
+    pub ats: AtsEntry,
+}
+
+/// A device's ATS as its config space shows it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum AtsEntry {
+    /// ATS Control bit 15 set (the host's IOMMU driver turned it on).
+    Enabled,
+    /// The capability is there, Enable clear.
+    Disabled,
+    /// No ATS capability: requests carry untranslated addresses.
+    Absent,
+    /// The extended config space was not read (not root, or a tree without it).
+    #[default]
+    Unknown,
 }
 
 /// A bridge on some GPU's or NIC's path, with its ACS.
@@ -168,6 +190,7 @@ impl TopoReport {
                 path,
                 interfaces: f.interfaces.clone(),
                 rdma_devices: f.rdma_devices.clone(),
+                ats: AtsEntry::Unknown,
             });
         }
 

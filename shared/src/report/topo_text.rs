@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::table::Table;
-use super::topo::{describe_selector, DeviceEntry, TopoReport};
+use super::topo::{describe_selector, AtsEntry, DeviceEntry, TopoReport};
 use crate::classify::{PairPath, PeerRoute};
 use crate::topology::AcsState;
 
@@ -93,7 +93,7 @@ impl TopoReport {
                     format!("{}-{}", self.label_of(p.a), self.label_of(p.b)),
                     p.class.to_string(),
                     p.pcie_class.to_string(),
-                    describe_route(&p.route, &self.bridges),
+                    self.describe_route(p),
                     describe_iommu(p),
                 ]);
             }
@@ -123,6 +123,60 @@ impl TopoReport {
         out
     }
 
+    /// The route column of pair `p`: [`describe_route`], and where the pair
+    /// turns below the root complex with the IOMMU on, whether its requests
+    /// are ATS-translated (and so go direct) or not.
+    fn describe_route(&self, p: &PairPath) -> String {
+        let base = describe_route(&p.route, &self.bridges);
+        let below = match &p.route {
+            PeerRoute::Switch { .. } => true,
+            PeerRoute::AcsRedirect { redirected_by, .. } => {
+                redirected_by.iter().all(|b| dt_on(&self.bridges, b))
+            }
+            _ => false,
+        };
+        if !below || p.iommu_groups.iter().any(Option::is_none) {
+            return base;
+        }
+        let ats = |b: crate::Bdf| {
+            self.gpus
+                .iter()
+                .chain(&self.nics)
+                .find(|g| g.bdf == b)
+                .map_or(AtsEntry::Unknown, |g| g.ats)
+        };
+        let (a, b) = (ats(p.a), ats(p.b));
+        if a == AtsEntry::Unknown || b == AtsEntry::Unknown {
+            return base;
+        }
+        let off: Vec<String> = [(p.a, a), (p.b, b)]
+            .iter()
+            .filter(|(_, s)| *s != AtsEntry::Enabled)
+            .map(|(d, _)| self.label_of(*d))
+            .collect();
+        match (&p.route, off.is_empty()) {
+            (PeerRoute::Switch { .. }, true) => {
+                format!("{base}, ATS on at both (translated at the devices)")
+            }
+            (PeerRoute::Switch { .. }, false) => {
+                format!("{base}, ATS off at {} (untranslated)", off.join(","))
+            }
+            (PeerRoute::AcsRedirect { at, redirected_by }, ats_on) => {
+                let ports: Vec<String> = redirected_by.iter().map(|b| b.to_string()).collect();
+                let how = if ats_on {
+                    "ATS on at both: direct".to_string()
+                } else {
+                    format!("ATS off at {}: up to the root complex", off.join(","))
+                };
+                format!(
+                    "meets at {at}, ACS ReqRedir+DirectTrans on {}; {how}",
+                    ports.join(",")
+                )
+            }
+            _ => base,
+        }
+    }
+
     fn label_of(&self, bdf: crate::Bdf) -> String {
         self.gpus
             .iter()
@@ -145,13 +199,7 @@ fn describe_route(r: &PeerRoute, bridges: &[super::topo::BridgeEntry]) -> String
         PeerRoute::SameFunction => "same function".into(),
         PeerRoute::Switch { at } => format!("turns in switch at {at} (below the root complex)"),
         PeerRoute::AcsRedirect { at, redirected_by } => {
-            let dt = |b: &crate::Bdf| {
-                bridges.iter().any(|e| {
-                    e.bdf == *b
-                        && matches!(&e.acs, AcsState::Present(a) if a.control.direct_translated)
-                })
-            };
-            if redirected_by.iter().all(dt) {
+            if redirected_by.iter().all(|b| dt_on(bridges, b)) {
                 format!(
                     "meets at {at}, ACS ReqRedir+DirectTrans on {}: direct when ATS-translated, else up to the root complex",
                     list(redirected_by)
@@ -176,6 +224,13 @@ fn describe_route(r: &PeerRoute, bridges: &[super::topo::BridgeEntry]) -> String
             "between host bridges, a NUMA node unknown (-1): counted as SYS".into()
         }
     }
+}
+
+/// ACS Direct Translated P2P (control bit 6) is on at bridge `b`.
+fn dt_on(bridges: &[super::topo::BridgeEntry], b: &crate::Bdf) -> bool {
+    bridges.iter().any(|e| {
+        e.bdf == *b && matches!(&e.acs, AcsState::Present(a) if a.control.direct_translated)
+    })
 }
 
 fn describe_iommu(p: &PairPath) -> String {
