@@ -141,15 +141,16 @@ impl<B: GpuBackend> ServedGpu<B> {
                     .then(|| self.backend().mmap_fd(idx))
                     .flatten();
                 let mut sparse_areas = Vec::new();
+                let mut offset = 0;
                 if fd.is_some() {
                     flags |= VFIO_REGION_INFO_FLAG_MMAP;
+                    offset = self.backend().mmap_offset(idx);
                     // The crate sends the descriptor with the sparse-mmap capability.
-                    sparse_areas.push(SparseArea {
-                        area: vfio_region_sparse_mmap_area {
-                            offset: 0,
-                            size: info.size,
+                    sparse_areas.extend(self.backend().mmap_areas(idx).into_iter().map(
+                        |(offset, size)| SparseArea {
+                            area: vfio_region_sparse_mmap_area { offset, size },
                         },
-                    });
+                    ));
                 }
                 ServerRegion {
                     region_info: vfio_region_info {
@@ -158,7 +159,7 @@ impl<B: GpuBackend> ServedGpu<B> {
                         index: idx.raw(),
                         cap_offset: 0,
                         size: info.size,
-                        offset: 0,
+                        offset,
                     },
                     sparse_areas,
                     mmap_fd: fd.map(|f| std::os::fd::AsRawFd::as_raw_fd(&f)),
@@ -202,6 +203,13 @@ impl<B: GpuBackend> ServedGpu<B> {
     pub fn reset(&mut self) -> io::Result<()> {
         (self.events)(ServeEvent::Reset);
         self.backend_mut().reset()
+    }
+
+    /// The client went away: the backend unmaps its DMA and resets
+    /// ([`GpuBackend::release`]) before the next one is served.
+    pub fn release(&mut self) -> io::Result<()> {
+        (self.events)(ServeEvent::Reset);
+        self.backend_mut().release()
     }
 }
 
