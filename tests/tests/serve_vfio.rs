@@ -139,3 +139,46 @@ fn vfio_specs_that_cannot_work_are_refused() {
         assert!(r.stderr.contains(want), "{spec}: {}", r.stderr);
     }
 }
+
+#[test]
+fn check_serve_vfio_says_which_gpus_serve_can_take() {
+    let (_d, root) = tree(&[("0000:82:00.0", "pcieport"), ("0000:83:00.0", "vfio-pci")]);
+    let r = run(
+        "p2p-host",
+        &[
+            "check",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--serve-vfio",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_str(&r.stdout).expect(&r.stderr);
+    let items: Vec<&serde_json::Value> = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["check"] == "serve-vfio")
+        .collect();
+    let verdict = |bdf: &str| {
+        items
+            .iter()
+            .find(|i| i["scope"] == bdf)
+            .map(|i| i["verdict"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        verdict("0000:83:00.0").as_deref(),
+        Some("pass"),
+        "{items:?}"
+    );
+    assert_eq!(
+        verdict("0000:84:00.0").as_deref(),
+        Some("fail"),
+        "{items:?}"
+    );
+    assert_eq!(
+        r.code,
+        Some(1),
+        "a GPU that cannot be served fails the check"
+    );
+}
