@@ -12,7 +12,16 @@
 //! - msi (round 1): an interrupt raised through edu's register fires the
 //!   eventfd the client wired with SET_IRQS.
 //!
+//! - leave-mid-dma (round 3): maps memory, starts a DMA into it and exits
+//!   without unmapping (the server must clean up; the next round proves it
+//!   serves on).
+//!
 //! Exits 0 when every check passed.
+//!
+//! `vfio_user_edu SOCKET bench N` instead times, for any served device (edu
+//! or a captured GPU), N of each: a 4-byte config read over the socket, a
+//! 4-byte BAR0 read over the socket (a trapped access) and a 4-byte BAR0 load
+//! through the mmap, and prints `BENCH` lines (mean ns per access).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -222,8 +231,72 @@ fn check_msi(client: &mut Client, bar: &Bar0) -> bool {
     )
 }
 
+fn bench(client: &mut Client, n: u32) {
+    let mean = |t: Instant| t.elapsed().as_nanos() / u128::from(n.max(1));
+    let mut b = [0u8; 4];
+    let t = Instant::now();
+    for _ in 0..n {
+        let _ = client.region_read(7, 0, &mut b);
+    }
+    println!("BENCH config-read-4B-over-socket {} ns", mean(t));
+    let t = Instant::now();
+    for _ in 0..n {
+        let _ = client.region_read(0, 0, &mut b);
+    }
+    println!("BENCH bar0-read-4B-over-socket {} ns", mean(t));
+    match map_bar0(client) {
+        Ok(bar) => {
+            let t = Instant::now();
+            let mut x = 0u32;
+            for _ in 0..n {
+                x = x.wrapping_add(bar.read(0));
+            }
+            println!(
+                "BENCH bar0-read-4B-through-mmap {} ns (sum {x:#x})",
+                mean(t)
+            );
+        }
+        Err(e) => println!("BENCH bar0-mmap unavailable: {e}"),
+    }
+}
+
+/// Round 3: maps memory, starts a DMA into it and exits without unmapping:
+/// the server must unmap the window itself (the next client proves it serves on).
+fn leave_mid_dma(client: &mut Client, bar: &Bar0) -> ! {
+    let mem = match memfd() {
+        Ok(m) => m,
+        Err(e) => {
+            report(false, "leave-mid-dma", e);
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = client.dma_map(0, IOVA, MEM, mem.as_raw_fd()) {
+        report(false, "leave-mid-dma", format!("DMA_MAP: {e}"));
+        std::process::exit(1);
+    }
+    bar.write64(0x80, EDU_BUF);
+    bar.write64(0x88, IOVA);
+    bar.write64(0x90, 4096);
+    bar.write64(0x98, 3);
+    report(
+        true,
+        "leave-mid-dma",
+        format!("started a 4096-byte DMA to IOVA {IOVA:#x} and left without unmapping"),
+    );
+    let _ = std::io::stdout().flush();
+    std::process::exit(0);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(2).map(String::as_str) == Some("bench") {
+        let n = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(1000);
+        match Client::new(Path::new(&args[1])) {
+            Ok(mut c) => bench(&mut c, n),
+            Err(e) => println!("BENCH connect failed: {e}"),
+        }
+        return;
+    }
     let (Some(sock), Some(round)) = (args.get(1), args.get(2).and_then(|r| r.parse().ok())) else {
         eprintln!("usage: vfio_user_edu SOCKET ROUND");
         std::process::exit(2);
@@ -247,6 +320,9 @@ fn main() {
             if round == 1 {
                 ok &= check_dma(&mut client, &bar);
                 ok &= check_msi(&mut client, &bar);
+            }
+            if round == 3 {
+                leave_mid_dma(&mut client, &bar);
             }
         }
         Err(e) => ok &= report(false, "bar0", e),
