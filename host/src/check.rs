@@ -130,34 +130,6 @@ pub fn pcie_facts(bdf: Bdf, raw: &[u8]) -> Option<PcieFacts> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bars_from_the_h200_resource_file() {
-        // The H200 of the passthrough fixture: BAR0 16 MiB, BAR2 256 GiB and
-        // BAR4 32 MiB, 64-bit prefetchable (flags 0x14220c), as lspci shows it.
-        let text = "0x0000000081000000 0x0000000081ffffff 0x000000000014220c\n\
-                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
-                    0x0000004000000000 0x0000007fffffffff 0x000000000014220c\n\
-                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
-                    0x0000008000000000 0x0000008001ffffff 0x000000000014220c\n\
-                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
-                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
-        let bars = parse_bars(text);
-        assert_eq!(bars.len(), 3);
-        assert_eq!((bars[1].index, bars[1].size), (2, 256 << 30));
-        assert!(bars.iter().all(|b| b.is_64bit && b.prefetchable));
-        // The QEMU NVMe's BAR0: 16 KiB, 64-bit, not prefetchable (0x140204).
-        let nvme = parse_bars("0x00000000fce00000 0x00000000fce03fff 0x0000000000140204\n");
-        assert_eq!(
-            (nvme[0].size, nvme[0].is_64bit, nvme[0].prefetchable),
-            (16 << 10, true, false)
-        );
-    }
-}
-
 /// Whether `p2p-host serve --gpu ...,vfio=BDF` can serve `bdf` (the
 /// `serve-vfio` finding of `check --serve-vfio`): it is bound to vfio-pci and
 /// every function of its IOMMU group to vfio-pci, `pcieport`, `pci-stub` or
@@ -191,5 +163,33 @@ pub fn serve_vfio_item(root: &SysfsRoot, bdf: Bdf) -> p2p_shared::check::CheckIt
         evidence,
         fix,
         input: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_from_the_h200_resource_file() {
+        // The H200 of the passthrough fixture: BAR0 16 MiB, BAR2 256 GiB and
+        // BAR4 32 MiB, 64-bit prefetchable (flags 0x14220c), as lspci shows it.
+        let text = "0x0000000081000000 0x0000000081ffffff 0x000000000014220c\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x0000004000000000 0x0000007fffffffff 0x000000000014220c\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x0000008000000000 0x0000008001ffffff 0x000000000014220c\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
+        let bars = parse_bars(text);
+        assert_eq!(bars.len(), 3);
+        assert_eq!((bars[1].index, bars[1].size), (2, 256 << 30));
+        assert!(bars.iter().all(|b| b.is_64bit && b.prefetchable));
+        // The QEMU NVMe's BAR0: 16 KiB, 64-bit, not prefetchable (0x140204).
+        let nvme = parse_bars("0x00000000fce00000 0x00000000fce03fff 0x0000000000140204\n");
+        assert_eq!(
+            (nvme[0].size, nvme[0].is_64bit, nvme[0].prefetchable),
+            (16 << 10, true, false)
+        );
     }
 }
