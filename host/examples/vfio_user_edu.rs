@@ -12,6 +12,8 @@
 //! - msi (rounds 1 and 2): an interrupt raised through edu's register fires the
 //!   eventfd the client wired with SET_IRQS.
 //!
+//! - bad-input (round 2): requests the server must refuse and survive (its
+//!   log says why; see `bad_inputs`);
 //! - leave-mid-dma (round 3): maps memory, starts a DMA into it and exits
 //!   without unmapping (the server must clean up; the next round proves it
 //!   serves on).
@@ -260,6 +262,57 @@ fn bench(client: &mut Client, n: u32) {
     }
 }
 
+/// Round 2, first: requests the server must refuse (each reported in its
+/// log; the crate's client does not read error replies) while it goes on
+/// serving: a DMA_MAP with an eventfd for memory, an overlapping one, an
+/// unaligned one, one past the end of the address space, one beyond what
+/// the IOMMU translates, SET_IRQS with a
+/// memfd for an eventfd.
+fn bad_inputs(client: &mut Client) -> bool {
+    let (Ok(mem), Ok(mem2)) = (memfd(), memfd()) else {
+        return report(false, "bad-input", "memfd".into());
+    };
+    // SAFETY: eventfd(2); the result is checked.
+    let efd = unsafe { libc::eventfd(0, 0) };
+    if efd < 0 {
+        return report(false, "bad-input", "eventfd".into());
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let ev = unsafe { File::from_raw_fd(efd) };
+    let mut sent = 0;
+    sent += u32::from(client.dma_map(0, IOVA, MEM, ev.as_raw_fd()).is_ok());
+    sent += u32::from(client.dma_map(0, IOVA, MEM, mem.as_raw_fd()).is_ok());
+    sent += u32::from(
+        client
+            .dma_map(0, IOVA + 0x1000, 0x2000, mem2.as_raw_fd())
+            .is_ok(),
+    );
+    sent += u32::from(
+        client
+            .dma_map(0, 0x200_0001, 0x1000, mem2.as_raw_fd())
+            .is_ok(),
+    );
+    sent += u32::from(
+        client
+            .dma_map(0, u64::MAX - 0xfff, 0x2000, mem2.as_raw_fd())
+            .is_ok(),
+    );
+    sent += u32::from(
+        client
+            .dma_map(0, 0xffff_ffff_f000_0000, 0x1000, mem2.as_raw_fd())
+            .is_ok(),
+    );
+    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
+    let flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    sent += u32::from(client.set_irqs(1, flags, 0, 1, &[mem2.as_raw_fd()]).is_ok());
+    sent += u32::from(client.dma_unmap(IOVA, MEM).is_ok());
+    report(
+        sent == 8,
+        "bad-input",
+        format!("{sent} requests answered (bad descriptor, overlap, unaligned, past the end, beyond the IOMMU, SET_IRQS with a memfd; then the good window unmapped)"),
+    )
+}
+
 /// Round 3: maps memory, starts a DMA into it and exits without unmapping:
 /// the server must unmap the window itself (the next client proves it serves on).
 fn leave_mid_dma(client: &mut Client, bar: &Bar0) -> ! {
@@ -319,6 +372,9 @@ fn main() {
             ok &= check_bar0(&bar, round);
             // Round 2 maps the IOVA round 3 left mapped: it works only if
             // the server unmapped it when round 3 went away.
+            if round == 2 {
+                ok &= bad_inputs(&mut client);
+            }
             if round == 1 || round == 2 {
                 ok &= check_dma(&mut client, &bar);
                 ok &= check_msi(&mut client, &bar);

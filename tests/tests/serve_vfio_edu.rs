@@ -10,6 +10,9 @@
 //!   buffer and back, through the guest's IOMMU;
 //! - msi: an interrupt raised through edu's register fires the client's
 //!   eventfd wired with SET_IRQS;
+//! - bad requests (a descriptor that is no memory, overlapping, unaligned
+//!   and overflowing DMA maps, SET_IRQS with a memfd): refused, the reason
+//!   in the server's log, and the server serves on;
 //! - disconnects (DMA unmapped, interrupts unwired), one of them by a client
 //!   that left with a DMA under way and its window mapped, and the clients
 //!   after them.
@@ -176,6 +179,20 @@ fn edu_behind_serve_vfio_does_dma_and_interrupts_for_a_vfio_user_client() {
         "EDU-ROUNDS 0 0",
     ] {
         assert!(shown.contains(want), "no '{want}' in:\n{shown}");
+    }
+    // Round 2's bad requests: each refused with its reason in the server's
+    // log, and the server went on (round 2's DMA and MSI after them).
+    for why in [
+        "rejected command 2 with EIO (5): DMA map of 0x100000 bytes at IOVA 0x1000000: cannot map the descriptor",
+        "rejected command 2 with EIO (5): DMA map of 0x2000 bytes at IOVA 0x1001000: overlaps the window of 0x100000 bytes at 0x1000000",
+        "rejected command 2 with EIO (5): DMA map of 0x1000 bytes at IOVA 0x2000001 (file offset 0x0): IOVA, size and offset must be multiples of 0x1000",
+        // Overflowing: the session guard refuses it before the backend.
+        "rejected command 2 with EINVAL (22): DMA_MAP of 0x2000 bytes at 0xfffffffffffff000",
+        "rejected command 2 with EIO (5): DMA map of 0x1000 bytes at IOVA 0xfffffffff0000000: the IOMMU refused it",
+        "rejected command 8 with EIO (5): SET_IRQS MSI vectors 0..1 (flags 0x24): VFIO refused it",
+        "EDU-OK bad-input: 8 requests answered",
+    ] {
+        assert!(shown.contains(why), "no '{why}' in:\n{shown}");
     }
     // Round 2 maps the IOVA round 3 left mapped: the server had unmapped it.
     assert_eq!(shown.matches("arrived intact: true").count(), 2, "{shown}");

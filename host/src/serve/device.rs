@@ -17,6 +17,7 @@ use super::backend::{
 };
 use super::error::ServeError;
 use super::events::{discard, EventSink, ServeEvent};
+use super::wire::cmd;
 use crate::overlay::{ConfigOverlay, OverlayOptions, PhysicalConfig, Placement};
 
 /// The backend's config space, as the overlay's physical side.
@@ -213,6 +214,22 @@ impl<B: GpuBackend> ServedGpu<B> {
     }
 }
 
+impl<B: GpuBackend> ServedGpu<B> {
+    /// Reports a backend's refusal as [`ServeEvent::Rejected`]: the crate
+    /// answers it with an error reply that carries no reason (EIO after the
+    /// session guard), so the reason goes to the server's log.
+    fn reported<T>(&self, command: u16, r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r {
+            (self.events)(ServeEvent::Rejected {
+                command,
+                errno: libc::EIO,
+                why: e.to_string(),
+            });
+        }
+        r
+    }
+}
+
 fn region_of(raw: u32) -> io::Result<RegionIndex> {
     RegionIndex::from_raw(raw)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no region {raw}")))
@@ -237,7 +254,10 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
                 config_bounds(self.backend().config_len(), offset, data.len())?;
                 self.config_read(offset, data)
             }
-            idx => self.backend().region_read(idx, offset, data),
+            idx => {
+                let r = self.backend().region_read(idx, offset, data);
+                self.reported(cmd::REGION_READ, r)
+            }
         }
     }
 
@@ -247,7 +267,10 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
                 config_bounds(self.backend().config_len(), offset, data.len())?;
                 self.config_write(offset, data)
             }
-            idx => self.backend_mut().region_write(idx, offset, data),
+            idx => {
+                let r = self.backend_mut().region_write(idx, offset, data);
+                self.reported(cmd::REGION_WRITE, r)
+            }
         }
     }
 
@@ -271,7 +294,8 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
             size,
             shared: fd.is_some(),
         });
-        self.backend_mut().dma_map(map, fd)
+        let r = self.backend_mut().dma_map(map, fd);
+        self.reported(cmd::DMA_MAP, r)
     }
 
     fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
@@ -281,7 +305,8 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
             size,
             all,
         });
-        self.backend_mut().dma_unmap(address, size, all)
+        let r = self.backend_mut().dma_unmap(address, size, all);
+        self.reported(cmd::DMA_UNMAP, r)
     }
 
     fn reset(&mut self) -> io::Result<()> {
@@ -308,6 +333,7 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
             start,
             count,
         };
-        self.backend_mut().set_irqs(set, fds)
+        let r = self.backend_mut().set_irqs(set, fds);
+        self.reported(cmd::DEVICE_SET_IRQS, r)
     }
 }

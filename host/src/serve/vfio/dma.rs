@@ -105,7 +105,15 @@ impl DmaWindows {
     pub fn map(&mut self, iommu: &impl Iommu, map: DmaMapping, fd: Option<File>) -> io::Result<()> {
         self.check(&map, fd.as_ref())?;
         let fd = fd.ok_or_else(|| invalid("no file descriptor".into()))?;
-        let memory = Mapping::new(&fd, map.offset, map.size, map.writable)?;
+        let memory = Mapping::new(&fd, map.offset, map.size, map.writable).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "DMA map of {:#x} bytes at IOVA {:#x}: cannot map the descriptor: {e}",
+                    map.size, map.iova
+                ),
+            )
+        })?;
         let mut flags = 0;
         if map.readable {
             flags |= VFIO_DMA_MAP_FLAG_READ;
@@ -113,7 +121,17 @@ impl DmaWindows {
         if map.writable {
             flags |= VFIO_DMA_MAP_FLAG_WRITE;
         }
-        iommu.map(memory.addr(), map.iova, map.size, flags)?;
+        iommu
+            .map(memory.addr(), map.iova, map.size, flags)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "DMA map of {:#x} bytes at IOVA {:#x}: the IOMMU refused it: {e}",
+                        map.size, map.iova
+                    ),
+                )
+            })?;
         self.windows.insert(
             map.iova,
             Window {

@@ -281,6 +281,18 @@ impl GpuBackend for VfioGpu {
             set.count,
             &raw,
         )
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "SET_IRQS {} vectors {}..{} (flags {:#x}): VFIO refused it: {e}",
+                    set.index.label(),
+                    set.start,
+                    set.start.saturating_add(set.count),
+                    set.flags
+                ),
+            )
+        })
     }
 
     fn dma_map(&mut self, map: DmaMapping, fd: Option<File>) -> io::Result<()> {
