@@ -256,6 +256,54 @@ mod tests {
         );
     }
 
+    /// An IOMMU that holds what is mapped and refuses what VFIO would:
+    /// overlaps, and unmaps of anything but whole windows.
+    #[derive(Default)]
+    struct Strict(RefCell<BTreeMap<u64, u64>>);
+
+    impl Iommu for Strict {
+        fn map(&self, _vaddr: u64, iova: u64, size: u64, _flags: u32) -> io::Result<()> {
+            let mut m = self.0.borrow_mut();
+            if m.iter().any(|(&a, &s)| iova < a + s && a < iova + size) {
+                return Err(io::Error::from_raw_os_error(libc::EEXIST));
+            }
+            m.insert(iova, size);
+            Ok(())
+        }
+        fn unmap(&self, iova: u64, size: u64) -> io::Result<()> {
+            match self.0.borrow_mut().remove(&iova) {
+                Some(s) if s == size => Ok(()),
+                _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a client sends, the IOMMU holds exactly the windows the
+        /// server tracks, and nothing once the client is gone.
+        #[test]
+        fn the_iommu_holds_exactly_the_tracked_windows(
+            ops in proptest::collection::vec((proptest::bool::ANY, 0u64..32, 0u64..6, proptest::bool::ANY), 1..40)
+        ) {
+            let (iommu, mut w) = (Strict::default(), DmaWindows::default());
+            let file = memfd();
+            for (map, page, pages, with_fd) in ops {
+                let (iova, size) = (page * PAGE, pages * PAGE);
+                if map {
+                    let fd = with_fd.then(|| file.try_clone().unwrap());
+                    let _ = w.map(&iommu, m(iova, size), fd);
+                } else {
+                    let _ = w.unmap(&iommu, iova, size, false);
+                }
+                let tracked: BTreeMap<u64, u64> =
+                    w.mappings().iter().map(|x| (x.iova, x.size)).collect();
+                proptest::prop_assert_eq!(&tracked, &*iommu.0.borrow());
+            }
+            w.unmap(&iommu, 0, 0, true).unwrap();
+            proptest::prop_assert!(iommu.0.borrow().is_empty());
+        }
+    }
+
     #[test]
     fn refuses_bad_windows() {
         let (iommu, mut w) = (Fake::default(), DmaWindows::default());
