@@ -3,9 +3,11 @@
 //! The vfio-user server ([`super::ServedGpu`]) speaks the protocol and lays the
 //! P2P capability over the config space; a backend is the device behind it.
 //! [`super::CapturedGpu`] is one: a config space captured from sysfs, with
-//! RAM behind its BARs. A backend for a real VFIO device (config and BAR
-//! accesses through the VFIO device fd, interrupts through eventfds) fits the
-//! same trait: every method maps to one VFIO ioctl or region access.
+//! RAM behind its BARs. [`super::VfioGpu`] is the other: a real device
+//! bound to vfio-pci (config and trapped BAR accesses through the VFIO device
+//! fd, BARs mapped by the client from that fd at [`GpuBackend::mmap_offset`]
+//! in [`GpuBackend::mmap_areas`], eventfds to `VFIO_DEVICE_SET_IRQS`, DMA
+//! windows in the IOMMU): every method maps to one VFIO ioctl or region access.
 //!
 //! Conventions, the same as VFIO's:
 //! - Offsets are relative to the start of the region (config offset 0 is the
