@@ -150,6 +150,42 @@ pub fn ats_entry(root: &SysfsRoot, bdf: Bdf) -> AtsEntry {
     }
 }
 
+/// Whether `p2p-host serve --gpu ...,vfio=BDF` can serve `bdf` (the
+/// `serve-vfio` finding of `check --serve-vfio`): it is bound to vfio-pci and
+/// every function of its IOMMU group to vfio-pci, `pcieport`, `pci-stub` or
+/// no driver.
+pub fn serve_vfio_item(root: &SysfsRoot, bdf: Bdf) -> p2p_shared::check::CheckItem {
+    use crate::serve::vfio::GroupMembers;
+    use p2p_shared::check::{CheckItem, Verdict};
+    let found = GroupMembers::read(root.path(), bdf).and_then(|g| g.check(bdf).map(|()| g));
+    let (verdict, evidence, fix) = match found {
+        Ok(g) => (
+            Verdict::Pass,
+            format!(
+                "bound to vfio-pci; IOMMU group {} is viable ({} function(s)): serve --gpu socket=PATH,vfio={bdf},clique=N serves it for real",
+                g.group,
+                g.functions.len()
+            ),
+            None,
+        ),
+        Err(e) => (
+            Verdict::Fail,
+            e.to_string(),
+            Some(format!(
+                "echo vfio-pci > /sys/bus/pci/devices/{bdf}/driver_override and bind it (and every other function of its IOMMU group) to vfio-pci"
+            )),
+        ),
+    };
+    CheckItem {
+        scope: bdf.to_string(),
+        check: "serve-vfio".into(),
+        verdict,
+        evidence,
+        fix,
+        input: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

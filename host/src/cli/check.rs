@@ -29,6 +29,11 @@ pub struct CheckArgs {
     /// Print the report as JSON (schema vp2p.check/1).
     #[arg(long)]
     json: bool,
+    /// Also say, for each GPU, whether `p2p-host serve --gpu ...,vfio=BDF`
+    /// can serve it (bound to vfio-pci, its IOMMU group viable): the
+    /// serve-vfio finding.
+    #[arg(long)]
+    serve_vfio: bool,
 }
 
 /// `--vmm` values.
@@ -87,7 +92,16 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         VmmArg::Qemu => Vmm::Qemu,
         VmmArg::CloudHypervisor => Vmm::CloudHypervisor,
     };
-    let report = check(&topo, &facts, vmm, &vms);
+    let mut report = check(&topo, &facts, vmm, &vms);
+    if args.serve_vfio {
+        for s in &specs {
+            for &gpu in &s.gpus {
+                let item = p2p_host::check::serve_vfio_item(&root, gpu);
+                report.overall = report.overall.max(item.verdict);
+                report.items.push(item);
+            }
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -69,7 +69,7 @@ enum Command {
     /// Print the JSON Schema of a document this tool writes (topo, plan,
     /// inject, snapshot, apply); the list without a name.
     Schema(schema::SchemaArgs),
-    /// Serve captured GPUs over vfio-user with the P2P capability in their
+    /// Serve GPUs (captured, or real ones bound to vfio-pci) over vfio-user with the P2P capability in their
     /// config space (QEMU -device vfio-user-pci, Cloud Hypervisor --user-device).
     Serve(serve::ServeArgs),
     /// Write the man pages and shell completions (for packagers).

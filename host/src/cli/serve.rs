@@ -1,5 +1,6 @@
-//! `p2p-host serve`: vfio-user servers presenting captured GPUs with the P2P
-//! clique capability, one socket (and thread set) per GPU.
+//! `p2p-host serve`: vfio-user servers presenting GPUs with the P2P clique
+//! capability, one socket (and thread set) per GPU: captured ones
+//! (`config=`) or real devices bound to vfio-pci (`vfio=`).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -11,7 +12,7 @@ use clap::Args;
 use p2p_host::overlay::{OverlayOptions, PlacementAction};
 use p2p_host::serve::{
     self, parse_bar_size, BarKind, CaptureFiles, CapturedGpu, GpuBackend, GpuSpec, IrqIndex,
-    ServeError, ServeEvent, ServeHandle, ServedGpu, SocketMode,
+    RegionIndex, ServeError, ServeEvent, ServeHandle, ServedGpu, SocketMode, VfioGpu,
 };
 use p2p_shared::ByteSize;
 use p2p_shared::Clique;
@@ -21,10 +22,13 @@ use signal_hook::iterator::Signals;
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// A GPU to serve (repeat for several, one socket each):
-    /// socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia][,any-offset].
+    /// socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia][,any-offset]
+    /// or socket=PATH,vfio=BDF,clique=N[,allow-non-nvidia][,any-offset].
     /// config is a captured config space (sysfs `config` read as root); BAR
     /// sizes come from the sysfs `resource` file next to it unless resource=
     /// names one; max-bar=SIZE (e.g. 256M) serves larger memory BARs at SIZE.
+    /// vfio=BDF serves a real function bound to vfio-pci (its IOMMU group
+    /// viable): the client maps its BARs, interrupts and DMA go through the kernel.
     #[arg(long = "gpu", value_name = "SPEC")]
     gpus: Vec<GpuSpec>,
     /// Read GPU specs from FILE, one `--gpu` value a line (`#` comments), as
@@ -63,6 +67,9 @@ pub struct ServeArgs {
     /// Also print routine events: DMA maps and unmaps, resets.
     #[arg(short, long)]
     verbose: bool,
+    /// The sysfs root vfio= devices are checked in (their IOMMU group and drivers).
+    #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
+    sysfs_root: PathBuf,
 }
 
 impl ServeArgs {
@@ -76,7 +83,8 @@ impl ServeArgs {
         {
             specs.push(GpuSpec {
                 socket: socket.clone(),
-                config: config.clone(),
+                config: Some(config.clone()),
+                vfio: None,
                 clique: Clique::new(clique).context("--clique")?,
                 resource: self.resource.clone(),
                 max_bar: self.max_bar,
@@ -99,10 +107,30 @@ impl ServeArgs {
     }
 }
 
-/// Opens the capture and places the capability.
-fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>> {
+/// A GPU ready to serve: a capture or a VFIO device, with its banner.
+enum Prepared {
+    Captured(ServedGpu<CapturedGpu>),
+    Vfio(ServedGpu<VfioGpu>),
+}
+
+fn overlay_options(spec: &GpuSpec) -> OverlayOptions {
+    OverlayOptions {
+        allow_non_nvidia: spec.allow_non_nvidia,
+        any_offset: spec.any_offset,
+    }
+}
+
+/// Opens the capture or the device and places the capability.
+fn prepare(name: &str, spec: &GpuSpec, sysfs: &std::path::Path) -> anyhow::Result<Prepared> {
+    if let Some(bdf) = spec.vfio {
+        let gpu = VfioGpu::open(sysfs, bdf).with_context(|| name.to_string())?;
+        let served = ServedGpu::new(gpu, spec.clique, overlay_options(spec))
+            .with_context(|| format!("{name}: {bdf}"))?;
+        return Ok(Prepared::Vfio(served));
+    }
+    let config = spec.config.clone().context("no config= or vfio=")?;
     let files = CaptureFiles {
-        config: spec.config.clone(),
+        config: config.clone(),
         resource: spec.resource.clone(),
     };
     // Every error of `open` names the file it concerns.
@@ -114,22 +142,25 @@ fn prepare(name: &str, spec: &GpuSpec) -> anyhow::Result<ServedGpu<CapturedGpu>>
             ByteSize(spec.max_bar.unwrap_or(0))
         );
     }
-    let options = OverlayOptions {
-        allow_non_nvidia: spec.allow_non_nvidia,
-        any_offset: spec.any_offset,
-    };
-    ServedGpu::new(gpu, spec.clique, options)
-        .with_context(|| format!("{name}: {}", spec.config.display()))
+    let served = ServedGpu::new(gpu, spec.clique, overlay_options(spec))
+        .with_context(|| format!("{name}: {}", config.display()))?;
+    Ok(Prepared::Captured(served))
 }
 
-fn describe(name: &str, spec: &GpuSpec, gpu: &ServedGpu<CapturedGpu>) -> String {
+/// The first banner line, the capability line and the interrupts line,
+/// common to both kinds; `what` names the source.
+fn describe_common<B: GpuBackend>(
+    name: &str,
+    what: &str,
+    spec: &GpuSpec,
+    gpu: &ServedGpu<B>,
+) -> (String, String) {
     let mut s = String::new();
     let mut id = [0u8; 4];
     let _ = gpu.config_read(0, &mut id);
     let _ = writeln!(
         s,
-        "p2p-host serve: {name}: {} ({:04x}:{:04x}), clique {}, socket {}",
-        spec.config.display(),
+        "p2p-host serve: {name}: {what} ({:04x}:{:04x}), clique {}, socket {}",
         u16::from_le_bytes([id[0], id[1]]),
         u16::from_le_bytes([id[2], id[3]]),
         spec.clique,
@@ -151,6 +182,20 @@ fn describe(name: &str, spec: &GpuSpec, gpu: &ServedGpu<CapturedGpu>) -> String 
         p.offset,
         hex.join(" ")
     );
+    let irqs: Vec<String> = IrqIndex::ALL
+        .iter()
+        .map(|&i| format!("{} {}", i.label(), gpu.backend().irq_info(i).count))
+        .collect();
+    (s, format!("  interrupts: {}\n", irqs.join(", ")))
+}
+
+fn describe_captured(name: &str, spec: &GpuSpec, gpu: &ServedGpu<CapturedGpu>) -> String {
+    let what = spec
+        .config
+        .as_ref()
+        .map(|c| c.display().to_string())
+        .unwrap_or_default();
+    let (mut s, irqs) = describe_common(name, &what, spec, gpu);
     let bars: Vec<String> = gpu
         .backend()
         .bars()
@@ -172,19 +217,72 @@ fn describe(name: &str, spec: &GpuSpec, gpu: &ServedGpu<CapturedGpu>) -> String 
         })
         .collect();
     let _ = writeln!(s, "  {}; no ROM", bars.join(", "));
-    let irqs: Vec<String> = IrqIndex::ALL
-        .iter()
-        .map(|&i| format!("{} {}", i.label(), gpu.backend().irq_info(i).count))
-        .collect();
-    let _ = writeln!(s, "  interrupts: {}", irqs.join(", "));
-    s
+    s + &irqs
+}
+
+fn describe_vfio(name: &str, spec: &GpuSpec, gpu: &ServedGpu<VfioGpu>) -> String {
+    let v = gpu.backend();
+    let what = format!("VFIO device {} (IOMMU group {})", v.bdf(), v.group());
+    let (mut s, irqs) = describe_common(name, &what, spec, gpu);
+    let _ = writeln!(
+        s,
+        "  real: config space (read and written through the VFIO device fd), BARs, \
+         interrupts, DMA; overlaid: the P2P capability and the next pointer above"
+    );
+    let mut bars = Vec::new();
+    for idx in RegionIndex::all() {
+        let (RegionIndex::Bar(_) | RegionIndex::Rom) = idx else {
+            continue;
+        };
+        let r = v.vfio_region(idx);
+        if r.info.size == 0 {
+            continue;
+        }
+        let label = match idx {
+            RegionIndex::Bar(n) => format!("BAR{n}"),
+            _ => "ROM".to_string(),
+        };
+        let path = if r.areas.is_empty() {
+            "through the server".to_string()
+        } else if r.areas == [(0, r.info.size)] {
+            "mapped by the client from the device fd".to_string()
+        } else {
+            let a: Vec<String> = r
+                .areas
+                .iter()
+                .map(|(o, l)| format!("{o:#x}+{l:#x}"))
+                .collect();
+            format!(
+                "mapped by the client at {}, the rest through the server",
+                a.join(" ")
+            )
+        };
+        bars.push(format!("{label} {} {path}", ByteSize(r.info.size)));
+    }
+    let _ = writeln!(s, "  {}", bars.join("; "));
+    if let Some(m) = v.msix_trap() {
+        let _ = writeln!(
+            s,
+            "  MSI-X table BAR{} {:#x}..{:#x}, PBA BAR{} {:#x}..{:#x}: the client emulates them; \
+             accesses through the server are refused",
+            m.table.0, m.table.1.start, m.table.1.end, m.pba.0, m.pba.1.start, m.pba.1.end
+        );
+    }
+    if !v.resettable() {
+        let _ = writeln!(
+            s,
+            "  no function reset (VFIO_DEVICE_FLAGS_RESET unset): between clients interrupts \
+             are unwired and DMA unmapped, the device is not reset"
+        );
+    }
+    s + &irqs
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let specs = args.specs()?;
     let mut prepared = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        prepared.push(prepare(&format!("gpu{i}"), spec)?);
+        prepared.push(prepare(&format!("gpu{i}"), spec, &args.sysfs_root)?);
     }
     // Signals are caught before any socket exists, so none is left behind.
     let mut signals =
@@ -202,9 +300,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         });
         // The banner is printed once the socket is bound: what it announces exists.
-        let banner = describe(&name, spec, &gpu);
-        let handle = serve::start_with_mode(gpu, &spec.socket, args.socket_mode, sink)
-            .with_context(|| name.clone())?;
+        let mode = args.socket_mode;
+        let (banner, handle) = match gpu {
+            Prepared::Captured(gpu) => (
+                describe_captured(&name, spec, &gpu),
+                serve::start_with_mode(gpu, &spec.socket, mode, sink),
+            ),
+            Prepared::Vfio(gpu) => (
+                describe_vfio(&name, spec, &gpu),
+                serve::start_with_mode(gpu, &spec.socket, mode, sink),
+            ),
+        };
+        let handle = handle.with_context(|| name.clone())?;
         eprint!("{banner}");
         handles.push(handle);
     }

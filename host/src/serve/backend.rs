@@ -3,9 +3,11 @@
 //! The vfio-user server ([`super::ServedGpu`]) speaks the protocol and lays the
 //! P2P capability over the config space; a backend is the device behind it.
 //! [`super::CapturedGpu`] is one: a config space captured from sysfs, with
-//! RAM behind its BARs. A backend for a real VFIO device (config and BAR
-//! accesses through the VFIO device fd, interrupts through eventfds) fits the
-//! same trait: every method maps to one VFIO ioctl or region access.
+//! RAM behind its BARs. [`super::VfioGpu`] is the other: a real device
+//! bound to vfio-pci (config and trapped BAR accesses through the VFIO device
+//! fd, BARs mapped by the client from that fd at [`GpuBackend::mmap_offset`]
+//! in [`GpuBackend::mmap_areas`], eventfds to `VFIO_DEVICE_SET_IRQS`, DMA
+//! windows in the IOMMU): every method maps to one VFIO ioctl or region access.
 //!
 //! Conventions, the same as VFIO's:
 //! - Offsets are relative to the start of the region (config offset 0 is the
@@ -211,6 +213,26 @@ pub trait GpuBackend: Send {
     /// `mmap` set; the mapping at file offset 0 is the region's first byte.
     fn mmap_fd(&self, index: RegionIndex) -> Option<BorrowedFd<'_>>;
 
+    /// Where the region starts in [`GpuBackend::mmap_fd`]'s file: the client
+    /// maps the region's byte `o` at file offset `mmap_offset + o` (a VFIO
+    /// device fd puts each region at its own offset). Default 0.
+    fn mmap_offset(&self, index: RegionIndex) -> u64 {
+        let _ = index;
+        0
+    }
+
+    /// The parts of the region the client may map, `(offset, size)` relative
+    /// to the region; the rest is accessed through the server. Default: the
+    /// whole region when it is mappable.
+    fn mmap_areas(&self, index: RegionIndex) -> Vec<(u64, u64)> {
+        let info = self.region(index);
+        if info.access.mmap {
+            vec![(0, info.size)]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Reads BAR or ROM bytes.
     fn region_read(&self, index: RegionIndex, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 
@@ -232,4 +254,12 @@ pub trait GpuBackend: Send {
 
     /// Function-level reset: config back to its power-on state, interrupts unwired.
     fn reset(&mut self) -> io::Result<()>;
+
+    /// The client is gone: nothing of it may stay reachable. Default: unmap
+    /// every DMA range, then [`GpuBackend::reset`].
+    fn release(&mut self) -> io::Result<()> {
+        let unmapped = self.dma_unmap(0, 0, true);
+        let reset = self.reset();
+        unmapped.and(reset)
+    }
 }

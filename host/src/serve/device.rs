@@ -17,6 +17,7 @@ use super::backend::{
 };
 use super::error::ServeError;
 use super::events::{discard, EventSink, ServeEvent};
+use super::wire::cmd;
 use crate::overlay::{ConfigOverlay, OverlayOptions, PhysicalConfig, Placement};
 
 /// The backend's config space, as the overlay's physical side.
@@ -141,15 +142,16 @@ impl<B: GpuBackend> ServedGpu<B> {
                     .then(|| self.backend().mmap_fd(idx))
                     .flatten();
                 let mut sparse_areas = Vec::new();
+                let mut offset = 0;
                 if fd.is_some() {
                     flags |= VFIO_REGION_INFO_FLAG_MMAP;
+                    offset = self.backend().mmap_offset(idx);
                     // The crate sends the descriptor with the sparse-mmap capability.
-                    sparse_areas.push(SparseArea {
-                        area: vfio_region_sparse_mmap_area {
-                            offset: 0,
-                            size: info.size,
+                    sparse_areas.extend(self.backend().mmap_areas(idx).into_iter().map(
+                        |(offset, size)| SparseArea {
+                            area: vfio_region_sparse_mmap_area { offset, size },
                         },
-                    });
+                    ));
                 }
                 ServerRegion {
                     region_info: vfio_region_info {
@@ -158,7 +160,7 @@ impl<B: GpuBackend> ServedGpu<B> {
                         index: idx.raw(),
                         cap_offset: 0,
                         size: info.size,
-                        offset: 0,
+                        offset,
                     },
                     sparse_areas,
                     mmap_fd: fd.map(|f| std::os::fd::AsRawFd::as_raw_fd(&f)),
@@ -203,6 +205,29 @@ impl<B: GpuBackend> ServedGpu<B> {
         (self.events)(ServeEvent::Reset);
         self.backend_mut().reset()
     }
+
+    /// The client went away: the backend unmaps its DMA and resets
+    /// ([`GpuBackend::release`]) before the next one is served.
+    pub fn release(&mut self) -> io::Result<()> {
+        (self.events)(ServeEvent::Reset);
+        self.backend_mut().release()
+    }
+}
+
+impl<B: GpuBackend> ServedGpu<B> {
+    /// Reports a backend's refusal as [`ServeEvent::Rejected`]: the crate
+    /// answers it with an error reply that carries no reason (EIO after the
+    /// session guard), so the reason goes to the server's log.
+    fn reported<T>(&self, command: u16, r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r {
+            (self.events)(ServeEvent::Rejected {
+                command,
+                errno: libc::EIO,
+                why: e.to_string(),
+            });
+        }
+        r
+    }
 }
 
 fn region_of(raw: u32) -> io::Result<RegionIndex> {
@@ -229,7 +254,10 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
                 config_bounds(self.backend().config_len(), offset, data.len())?;
                 self.config_read(offset, data)
             }
-            idx => self.backend().region_read(idx, offset, data),
+            idx => {
+                let r = self.backend().region_read(idx, offset, data);
+                self.reported(cmd::REGION_READ, r)
+            }
         }
     }
 
@@ -239,7 +267,10 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
                 config_bounds(self.backend().config_len(), offset, data.len())?;
                 self.config_write(offset, data)
             }
-            idx => self.backend_mut().region_write(idx, offset, data),
+            idx => {
+                let r = self.backend_mut().region_write(idx, offset, data);
+                self.reported(cmd::REGION_WRITE, r)
+            }
         }
     }
 
@@ -263,7 +294,8 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
             size,
             shared: fd.is_some(),
         });
-        self.backend_mut().dma_map(map, fd)
+        let r = self.backend_mut().dma_map(map, fd);
+        self.reported(cmd::DMA_MAP, r)
     }
 
     fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
@@ -273,7 +305,8 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
             size,
             all,
         });
-        self.backend_mut().dma_unmap(address, size, all)
+        let r = self.backend_mut().dma_unmap(address, size, all);
+        self.reported(cmd::DMA_UNMAP, r)
     }
 
     fn reset(&mut self) -> io::Result<()> {
@@ -300,6 +333,7 @@ impl<B: GpuBackend> ServerBackend for ServedGpu<B> {
             start,
             count,
         };
-        self.backend_mut().set_irqs(set, fds)
+        let r = self.backend_mut().set_irqs(set, fds);
+        self.reported(cmd::DEVICE_SET_IRQS, r)
     }
 }

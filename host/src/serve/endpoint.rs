@@ -243,7 +243,7 @@ fn protocol_loop<B: GpuBackend>(
                 why: "vfio-user server panicked; the device is reset".into(),
             }),
         }
-        if let Err(e) = gpu.reset() {
+        if let Err(e) = gpu.release() {
             events(ServeEvent::Internal {
                 why: format!("reset between clients: {e}"),
             });

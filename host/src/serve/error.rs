@@ -11,12 +11,12 @@ pub enum SpecError {
     /// An item is not `KEY=VALUE`: no `=`, an empty value, or a flag with a value
     /// other than true/on/yes/1 or false/off/no/0.
     #[error(
-        "'{0}': want KEY=VALUE (keys: socket, config, clique, resource, max-bar, allow-non-nvidia, any-offset)"
+        "'{0}': want KEY=VALUE (keys: socket, config, vfio, clique, resource, max-bar, allow-non-nvidia, any-offset)"
     )]
     NotKeyValue(String),
     /// A key `--gpu` does not take.
     #[error(
-        "unknown key '{0}' (keys: socket, config, clique, resource, max-bar, allow-non-nvidia, any-offset)"
+        "unknown key '{0}' (keys: socket, config, vfio, clique, resource, max-bar, allow-non-nvidia, any-offset)"
     )]
     UnknownKey(String),
     /// A key appears twice in one `--gpu`.
@@ -25,6 +25,13 @@ pub enum SpecError {
     /// A required key (socket, config or clique) is absent.
     #[error("'{0}' is required")]
     Missing(&'static str),
+    /// Two keys that exclude each other (config and vfio; resource or
+    /// max-bar with vfio).
+    #[error("'{0}' and '{1}' cannot be given together")]
+    Conflict(&'static str, &'static str),
+    /// The vfio value is not a PCI address.
+    #[error("vfio '{0}': want a PCI address like 0000:01:00.0")]
+    BadBdf(String),
     /// The clique value is not a number in 0..=15.
     #[error("clique '{0}': want a number 0..=15")]
     BadClique(String),

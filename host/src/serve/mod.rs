@@ -13,8 +13,10 @@
 //!   which owns the capability bytes and the patched next pointer (guest writes
 //!   to them are dropped and reported as [`ServeEvent::DroppedWrite`]); BAR,
 //!   interrupt, DMA and reset requests go to the backend.
-//! - A [`GpuBackend`]: today [`CapturedGpu`] (a captured config space with
-//!   emulated BARs); a VFIO-device backend can take its place.
+//! - A [`GpuBackend`]: [`CapturedGpu`] (a captured config space with
+//!   emulated BARs) or [`VfioGpu`] (a real device bound to vfio-pci: config
+//!   through the VFIO device fd, BARs mapped by the client straight from
+//!   that fd, interrupts and DMA handed to the kernel).
 //!
 //! ```no_run
 //! use p2p_host::overlay::OverlayOptions;
@@ -43,6 +45,7 @@ mod memory;
 mod registers;
 mod session;
 mod spec;
+pub mod vfio;
 pub mod wire;
 
 pub use backend::{
@@ -58,3 +61,4 @@ pub use events::{discard, errno_name, EventSink, ServeEvent};
 pub use memory::BarMemory;
 pub use registers::{irq_infos, power_on, write_mask};
 pub use spec::{parse_bar_size, parse_clique, parse_spec_file, read_spec_file, GpuSpec};
+pub use vfio::{VfioError, VfioGpu};

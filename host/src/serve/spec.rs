@@ -1,10 +1,12 @@
-//! `--gpu socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia][,any-offset]`.
+//! `--gpu socket=PATH,config=FILE,clique=N[,resource=FILE][,max-bar=SIZE][,allow-non-nvidia][,any-offset]`
+//! (a captured GPU) or `--gpu socket=PATH,vfio=BDF,clique=N[,allow-non-nvidia][,any-offset]`
+//! (a device bound to vfio-pci).
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use p2p_shared::ByteSize;
-use p2p_shared::Clique;
+use p2p_shared::{Bdf, Clique};
 
 use super::error::{SpecError, SpecFileError};
 
@@ -13,8 +15,11 @@ use super::error::{SpecError, SpecFileError};
 pub struct GpuSpec {
     /// The vfio-user socket to create.
     pub socket: PathBuf,
-    /// A captured config space (sysfs `config`, 256 or 4096 bytes).
-    pub config: PathBuf,
+    /// A captured config space (sysfs `config`, 256 or 4096 bytes); None
+    /// with `vfio`.
+    pub config: Option<PathBuf>,
+    /// A function bound to vfio-pci to serve for real; None with `config`.
+    pub vfio: Option<Bdf>,
     /// The P2P clique the served capability carries (0-15).
     pub clique: Clique,
     /// The sysfs `resource` file with the BAR sizes; default: `resource` next to `config`.
@@ -36,6 +41,7 @@ impl FromStr for GpuSpec {
     fn from_str(s: &str) -> Result<Self, SpecError> {
         let mut socket = None;
         let mut config = None;
+        let mut vfio = None;
         let mut clique = None;
         let mut resource = None;
         let mut max_bar = None;
@@ -59,6 +65,13 @@ impl FromStr for GpuSpec {
             match key {
                 "socket" => socket = Some(PathBuf::from(need()?)),
                 "config" => config = Some(PathBuf::from(need()?)),
+                "vfio" => {
+                    let v = need()?;
+                    vfio = Some(
+                        v.parse::<Bdf>()
+                            .map_err(|_| SpecError::BadBdf(v.to_string()))?,
+                    );
+                }
                 "resource" => resource = Some(PathBuf::from(need()?)),
                 "clique" => clique = Some(parse_clique(need()?)?),
                 "max-bar" => max_bar = Some(parse_bar_size(need()?)?),
@@ -67,9 +80,22 @@ impl FromStr for GpuSpec {
                 other => return Err(SpecError::UnknownKey(other.to_string())),
             }
         }
+        match (&config, &vfio) {
+            (None, None) => return Err(SpecError::Missing("config or vfio")),
+            (Some(_), Some(_)) => return Err(SpecError::Conflict("config", "vfio")),
+            (None, Some(_)) => {
+                for key in ["resource", "max-bar"] {
+                    if seen.contains(&key) {
+                        return Err(SpecError::Conflict(key, "vfio"));
+                    }
+                }
+            }
+            (Some(_), None) => {}
+        }
         Ok(GpuSpec {
             socket: socket.ok_or(SpecError::Missing("socket"))?,
-            config: config.ok_or(SpecError::Missing("config"))?,
+            config,
+            vfio,
             clique: clique.ok_or(SpecError::Missing("clique"))?,
             resource,
             max_bar,
@@ -161,6 +187,22 @@ mod tests {
         let err = |s: &str| s.parse::<GpuSpec>().unwrap_err();
         assert_eq!(err("config=c,clique=1"), SpecError::Missing("socket"));
         assert_eq!(
+            err("socket=s,clique=1"),
+            SpecError::Missing("config or vfio")
+        );
+        assert_eq!(
+            err("socket=s,config=c,vfio=0000:01:00.0,clique=1"),
+            SpecError::Conflict("config", "vfio")
+        );
+        assert_eq!(
+            err("socket=s,vfio=0000:01:00.0,clique=1,max-bar=256M"),
+            SpecError::Conflict("max-bar", "vfio")
+        );
+        assert_eq!(
+            err("socket=s,vfio=01:00,clique=1"),
+            SpecError::BadBdf("01:00".into())
+        );
+        assert_eq!(
             err("socket=s,config=c,clique=16"),
             SpecError::BadClique("16".into())
         );
@@ -184,6 +226,16 @@ mod tests {
             err("socket=,config=c,clique=1"),
             SpecError::NotKeyValue("socket=".into())
         );
+    }
+
+    #[test]
+    fn parses_a_vfio_spec() {
+        let s: GpuSpec = "socket=/tmp/e.sock,vfio=0000:00:03.0,clique=2,allow-non-nvidia"
+            .parse()
+            .unwrap();
+        assert_eq!(s.vfio, Some("0000:00:03.0".parse().unwrap()));
+        assert_eq!(s.config, None);
+        assert_eq!(s.clique.id(), 2);
     }
 
     #[test]
