@@ -6,6 +6,7 @@
 #   scripts/fuzz.sh capability 180        # the capability decoder for 180 s
 #   scripts/fuzz.sh overlay 600           # config bytes + guest reads and writes
 #   scripts/fuzz.sh serve 600             # one client per input against p2p-host serve
+#   scripts/fuzz.sh dma_windows 600       # serve vfio='s DMA windows under map/unmap sequences
 #   scripts/fuzz.sh seed                  # only (re)write the seed corpora
 #   scripts/fuzz.sh walkers 60 -seed=1    # arguments after the seconds go to libFuzzer
 #
@@ -127,7 +128,7 @@ seed_serve() {
 }
 
 seed() {
-    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve"
+    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows"
     seed_walkers "$fuzz/corpus/walkers"
     seed_capability "$fuzz/corpus/capability"
     seed_overlay "$fuzz/corpus/overlay"
@@ -141,7 +142,8 @@ case "$target" in
     overlay) max_len=1024 ;;
     # The server lives for the whole run: its threads and buffers are no leak.
     serve) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
-    *) echo "unknown target $target (walkers, capability, overlay, serve, seed)" >&2; exit 2 ;;
+    dma_windows) max_len=2600 ;; # 100 DMA_MAP / DMA_UNMAP records of 26 bytes
+    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, seed)" >&2; exit 2 ;;
 esac
 
 ensure_cargo_fuzz
