@@ -61,8 +61,37 @@ pub trait DevicePlugin: Send + Sync + 'static {
     ) -> Result<Response<PreStartContainerResponse>, Status>;
 }
 
+/// What tonic's generated servers wrap a service in: the service behind an
+/// `Arc` (cloned per connection) and the gRPC name calls are routed by.
+/// Shared with the KubeVirt plugin hook's service.
+macro_rules! server_wrapper {
+    ($(#[$doc:meta])* $server:ident, $name:literal) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $server<T>(std::sync::Arc<T>);
+
+        impl<T> $server<T> {
+            /// Wraps the service.
+            pub fn new(inner: T) -> Self {
+                Self(std::sync::Arc::new(inner))
+            }
+        }
+
+        impl<T> Clone for $server<T> {
+            fn clone(&self) -> Self {
+                Self(std::sync::Arc::clone(&self.0))
+            }
+        }
+
+        impl<T> tonic::server::NamedService for $server<T> {
+            const NAME: &'static str = $name;
+        }
+    };
+}
+pub(crate) use server_wrapper;
+
 /// Answers one unary call with `f`.
-fn unary<B, M1, M2, F, Fut>(
+pub(crate) fn unary<B, M1, M2, F, Fut>(
     req: http::Request<B>,
     f: F,
 ) -> BoxFuture<http::Response<BoxBody>, Infallible>
@@ -81,31 +110,16 @@ where
 }
 
 /// The answer to a path no method has.
-fn unimplemented(path: &str) -> BoxFuture<http::Response<BoxBody>, Infallible> {
+pub(crate) fn unimplemented(path: &str) -> BoxFuture<http::Response<BoxBody>, Infallible> {
     let status = Status::unimplemented(format!("no method {path}"));
     Box::pin(async move { Ok(status.into_http()) })
 }
 
-/// Serves a [`Registration`] (what the kubelet listens with on kubelet.sock).
-#[derive(Debug)]
-pub struct RegistrationServer<T>(Arc<T>);
-
-impl<T> RegistrationServer<T> {
-    /// Wraps the service.
-    pub fn new(inner: T) -> Self {
-        Self(Arc::new(inner))
-    }
-}
-
-impl<T> Clone for RegistrationServer<T> {
-    fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0))
-    }
-}
-
-impl<T> tonic::server::NamedService for RegistrationServer<T> {
-    const NAME: &'static str = "v1beta1.Registration";
-}
+server_wrapper!(
+    /// Serves a [`Registration`] (what the kubelet listens with on kubelet.sock).
+    RegistrationServer,
+    "v1beta1.Registration"
+);
 
 impl<T, B> tower::Service<http::Request<B>> for RegistrationServer<T>
 where
@@ -133,26 +147,11 @@ where
     }
 }
 
-/// Serves a [`DevicePlugin`] (what the plugin listens with on its socket).
-#[derive(Debug)]
-pub struct DevicePluginServer<T>(Arc<T>);
-
-impl<T> DevicePluginServer<T> {
-    /// Wraps the service.
-    pub fn new(inner: T) -> Self {
-        Self(Arc::new(inner))
-    }
-}
-
-impl<T> Clone for DevicePluginServer<T> {
-    fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0))
-    }
-}
-
-impl<T> tonic::server::NamedService for DevicePluginServer<T> {
-    const NAME: &'static str = "v1beta1.DevicePlugin";
-}
+server_wrapper!(
+    /// Serves a [`DevicePlugin`] (what the plugin listens with on its socket).
+    DevicePluginServer,
+    "v1beta1.DevicePlugin"
+);
 
 impl<T, B> tower::Service<http::Request<B>> for DevicePluginServer<T>
 where

@@ -20,6 +20,7 @@ use super::messages::*;
 /// A channel to a gRPC server on a unix socket (the kubelet API's helper:
 /// the transport is the same).
 pub use crate::device_plugin::api::connect_unix;
+use crate::device_plugin::api::{unary, unimplemented};
 
 /// The gRPC path of MutateDomain.
 pub const MUTATE_DOMAIN_PATH: &str =
@@ -35,26 +36,11 @@ pub trait DomainHookService: Send + Sync + 'static {
     ) -> Result<Response<MutateDomainResponse>, Status>;
 }
 
-/// Serves a [`DomainHookService`] (what the sidecar listens with).
-#[derive(Debug)]
-pub struct DomainHookServiceServer<T>(Arc<T>);
-
-impl<T> DomainHookServiceServer<T> {
-    /// Wraps the service.
-    pub fn new(inner: T) -> Self {
-        Self(Arc::new(inner))
-    }
-}
-
-impl<T> Clone for DomainHookServiceServer<T> {
-    fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0))
-    }
-}
-
-impl<T> tonic::server::NamedService for DomainHookServiceServer<T> {
-    const NAME: &'static str = "kubevirt.hooks.plugins.v1alpha1.DomainHookService";
-}
+crate::device_plugin::api::server_wrapper!(
+    /// Serves a [`DomainHookService`] (what the sidecar listens with).
+    DomainHookServiceServer,
+    "kubevirt.hooks.plugins.v1alpha1.DomainHookService"
+);
 
 impl<T, B> tower::Service<http::Request<B>> for DomainHookServiceServer<T>
 where
@@ -73,19 +59,11 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let inner = Arc::clone(&self.0);
         if req.uri().path() != MUTATE_DOMAIN_PATH {
-            let status = Status::unimplemented(format!("no method {}", req.uri().path()));
-            return Box::pin(async move { Ok(status.into_http()) });
+            return unimplemented(req.uri().path());
         }
-        Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(ProstCodec::<
-                MutateDomainResponse,
-                MutateDomainRequest,
-            >::default());
-            let svc = tower::service_fn(move |r| {
-                let inner = Arc::clone(&inner);
-                async move { inner.mutate_domain(r).await }
-            });
-            Ok(grpc.unary(svc, req).await)
+        unary(req, move |r| {
+            let inner = Arc::clone(&inner);
+            async move { inner.mutate_domain(r).await }
         })
     }
 }
