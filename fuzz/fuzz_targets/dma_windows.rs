@@ -18,15 +18,19 @@ use libfuzzer_sys::fuzz_target;
 use p2p_host::serve::vfio::{DmaWindows, Iommu};
 use p2p_host::serve::DmaMapping;
 
+/// The errnos VFIO answers with (Linux's values; the fuzz crate has no libc).
+const EEXIST: i32 = 17;
+const EINVAL: i32 = 22;
+
 #[derive(Default)]
 struct Strict(RefCell<BTreeMap<u64, u64>>);
 
 impl Iommu for Strict {
     fn map(&self, _vaddr: u64, iova: u64, size: u64, _flags: u32) -> io::Result<()> {
         let mut m = self.0.borrow_mut();
-        let end = iova.checked_add(size).ok_or_else(|| io::Error::from_raw_os_error(libc_einval()))?;
+        let end = iova.checked_add(size).ok_or_else(|| io::Error::from_raw_os_error(EINVAL))?;
         if m.iter().any(|(&a, &s)| iova < a + s && a < end) {
-            return Err(io::Error::from_raw_os_error(17)); // EEXIST
+            return Err(io::Error::from_raw_os_error(EEXIST));
         }
         m.insert(iova, size);
         Ok(())
@@ -34,13 +38,9 @@ impl Iommu for Strict {
     fn unmap(&self, iova: u64, size: u64) -> io::Result<()> {
         match self.0.borrow_mut().remove(&iova) {
             Some(s) if s == size => Ok(()),
-            _ => Err(io::Error::from_raw_os_error(libc_einval())),
+            _ => Err(io::Error::from_raw_os_error(EINVAL)),
         }
     }
-}
-
-fn libc_einval() -> i32 {
-    22
 }
 
 /// One 1 MiB file shared by every input, as a VMM's guest memory would be.

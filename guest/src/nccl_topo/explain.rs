@@ -345,25 +345,19 @@ pub fn driver_answer(probe: &ProbeReport, a: Bdf, b: Bdf) -> (DriverP2p, Option<
 /// Facts for a file explained outside any VM: its GPUs in file order, its
 /// NICs, the CPU from the file or this machine.
 pub fn facts_from_file(xml: &TopoXml, cpu: CpuIdentity) -> VmFacts {
-    fn walk(p: &[nccl_rules::xml::XmlPci], numa: i32, out: &mut Vec<VmFunction>) {
-        for n in p {
-            if n.class >> 16 == 0x03 {
-                out.push(VmFunction {
-                    busid: n.busid,
-                    class: n.class,
-                    numa,
-                    bridges: Vec::new(),
-                    link_speed: n.link_speed.clone(),
-                    link_width: n.link_width,
-                });
-            }
-            walk(&n.children, numa, out);
-        }
-    }
-    let mut gpus = Vec::new();
-    for c in &xml.cpus {
-        walk(&c.pci, c.numaid, &mut gpus);
-    }
+    let gpus = xml
+        .pci_nodes()
+        .into_iter()
+        .filter(|(_, n)| n.class >> 16 == 0x03)
+        .map(|(numa, n)| VmFunction {
+            busid: n.busid,
+            class: n.class,
+            numa,
+            bridges: Vec::new(),
+            link_speed: n.link_speed.clone(),
+            link_width: n.link_width,
+        })
+        .collect();
     VmFacts {
         cpu,
         gpus,

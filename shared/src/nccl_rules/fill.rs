@@ -327,7 +327,7 @@ pub fn hide_nvlink(eff: &mut Effective) {
         for n in p {
             if let Some(g) = &mut n.gpu {
                 g.nvlinks = vec![XmlNvLink {
-                    target: "0000:fe:1f.0".into(),
+                    target: crate::nccl_topo::PLACEHOLDER_NVLINK_TARGET.into(),
                     count: 1,
                     tclass: 0x030200,
                 }];

@@ -326,18 +326,11 @@ impl Graph {
         }
         // NVLinks, second pass: every GPU node exists now.
         let mut nvs = None;
-        fn gpus_of(p: &[XmlPci], out: &mut Vec<(Bdf, super::xml::XmlGpu)>) {
-            for n in p {
-                if let Some(g) = &n.gpu {
-                    out.push((n.busid, g.clone()));
-                }
-                gpus_of(&n.children, out);
-            }
-        }
-        let mut listed = Vec::new();
-        for c in &xml.cpus {
-            gpus_of(&c.pci, &mut listed);
-        }
+        let listed: Vec<(Bdf, &super::xml::XmlGpu)> = xml
+            .pci_nodes()
+            .into_iter()
+            .filter_map(|(_, n)| n.gpu.as_ref().map(|g| (n.busid, g)))
+            .collect();
         for (busid, xg) in listed {
             let Some(gpu) = g.gpu(busid) else { continue };
             let per_link = if xg.sm.unwrap_or(90) >= 100 {

@@ -261,37 +261,36 @@ pub fn parse(text: &str) -> Result<TopoXml, TopoXmlError> {
 }
 
 impl TopoXml {
-    /// The `<pci>` at `busid`, searched depth first.
-    pub fn find(&self, busid: Bdf) -> Option<&XmlPci> {
-        fn walk(p: &[XmlPci], b: Bdf) -> Option<&XmlPci> {
+    /// Every `<pci>`, depth first, with the `numaid` of the `<cpu>` it hangs below.
+    pub fn pci_nodes(&self) -> Vec<(i32, &XmlPci)> {
+        fn walk<'a>(numa: i32, p: &'a [XmlPci], out: &mut Vec<(i32, &'a XmlPci)>) {
             for n in p {
-                if n.busid == b {
-                    return Some(n);
-                }
-                if let Some(f) = walk(&n.children, b) {
-                    return Some(f);
-                }
-            }
-            None
-        }
-        self.cpus.iter().find_map(|c| walk(&c.pci, busid))
-    }
-
-    /// Every `<pci>` whose class is a display controller (0x03xxxx): the GPUs.
-    pub fn gpu_busids(&self) -> Vec<Bdf> {
-        fn walk(p: &[XmlPci], out: &mut Vec<Bdf>) {
-            for n in p {
-                if n.class >> 16 == 0x03 {
-                    out.push(n.busid);
-                }
-                walk(&n.children, out);
+                out.push((numa, n));
+                walk(numa, &n.children, out);
             }
         }
         let mut out = Vec::new();
         for c in &self.cpus {
-            walk(&c.pci, &mut out);
+            walk(c.numaid, &c.pci, &mut out);
         }
         out
+    }
+
+    /// The `<pci>` at `busid`.
+    pub fn find(&self, busid: Bdf) -> Option<&XmlPci> {
+        self.pci_nodes()
+            .into_iter()
+            .map(|(_, n)| n)
+            .find(|n| n.busid == busid)
+    }
+
+    /// Every `<pci>` whose class is a display controller (0x03xxxx): the GPUs.
+    pub fn gpu_busids(&self) -> Vec<Bdf> {
+        self.pci_nodes()
+            .into_iter()
+            .filter(|(_, n)| n.class >> 16 == 0x03)
+            .map(|(_, n)| n.busid)
+            .collect()
     }
 }
 

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::bdf::Bdf;
 
 pub use build::{from_cliques, from_guest, CliqueGpu};
-pub use render::{render, render_hiding_nvlink, PLACEHOLDER_NVLINK};
+pub use render::{render, render_hiding_nvlink, PLACEHOLDER_NVLINK, PLACEHOLDER_NVLINK_TARGET};
 
 /// The one version NCCL 2.28 accepts.
 pub const NCCL_TOPO_VERSION: u32 = 1;

@@ -6,6 +6,13 @@ use std::fmt::Write;
 
 use super::{NcclCpu, NcclPci, NcclSystem, NCCL_TOPO_VERSION};
 
+/// The bus id the placeholder `<nvlink>` points at, as a literal for `concat!`.
+macro_rules! placeholder_target {
+    () => {
+        "0000:fe:1f.0"
+    };
+}
+
 fn attr(out: &mut String, name: &str, value: impl std::fmt::Display) {
     let v = value.to_string();
     let escaped = v
@@ -41,8 +48,14 @@ fn cpu_open(c: &NcclCpu) -> String {
 /// The `<nvlink>` that hides NVLink from NCCL: a GPU with any `<nvlink>` in
 /// the file is not asked of NVML (NCCL src/graph/xml.cc), and a target that is
 /// no GPU of the VM adds no link, so NCCL decides from the PCIe tree alone.
-pub const PLACEHOLDER_NVLINK: &str =
-    "<gpu><nvlink target=\"0000:fe:1f.0\" count=\"1\" tclass=\"0x030200\"/></gpu>";
+pub const PLACEHOLDER_NVLINK: &str = concat!(
+    "<gpu><nvlink target=\"",
+    placeholder_target!(),
+    "\" count=\"1\" tclass=\"0x030200\"/></gpu>"
+);
+
+/// The placeholder's target: a bus id no GPU of a VM has.
+pub const PLACEHOLDER_NVLINK_TARGET: &str = placeholder_target!();
 
 fn pci(out: &mut String, p: &NcclPci, depth: usize, hide_nvlink: bool) {
     let pad = "  ".repeat(depth);
