@@ -10,7 +10,7 @@ pub mod e2e;
 pub mod emitted;
 pub mod libvirt;
 pub mod nccl_explain;
-pub mod openapi;
+pub mod ch_contract;
 pub mod packages;
 pub mod proxmox;
 pub mod qemu;
