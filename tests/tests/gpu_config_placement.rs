@@ -133,9 +133,19 @@ fn overlay(name: &str, config: &[u8], offset: u8, after: (u8, u8)) -> Placement 
     let before = our_walk(config);
     let now = our_walk(&v);
     assert_eq!(now.len(), before.len() + 1, "{name}: one capability more");
-    assert_eq!(now[..before.len()].iter().map(|c| (c.0, c.1)).collect::<Vec<_>>(),
-        before.iter().map(|c| (c.0, c.1)).collect::<Vec<_>>(), "{name}: the list kept, in order");
-    assert_eq!(now.last().map(|c| (c.0, c.1)), Some((offset, VENDOR)), "{name}");
+    assert_eq!(
+        now[..before.len()]
+            .iter()
+            .map(|c| (c.0, c.1))
+            .collect::<Vec<_>>(),
+        before.iter().map(|c| (c.0, c.1)).collect::<Vec<_>>(),
+        "{name}: the list kept, in order"
+    );
+    assert_eq!(
+        now.last().map(|c| (c.0, c.1)),
+        Some((offset, VENDOR)),
+        "{name}"
+    );
     let cap = P2pCapability::decode(&v[usize::from(offset)..]).unwrap();
     assert_eq!((cap.clique, cap.next), (clique, 0), "{name}");
     let pointer = usize::from(after.1) + 1;
@@ -148,8 +158,9 @@ fn overlay(name: &str, config: &[u8], offset: u8, after: (u8, u8)) -> Placement 
     // pciutils reads the guest's bytes as a list ending in an 8-byte vendor capability there.
     let caps = lspci_capabilities(&v);
     assert!(
-        caps.last()
-            .is_some_and(|l| l.starts_with(&format!("[{offset:02x}] Vendor Specific Information: Len=08"))),
+        caps.last().is_some_and(|l| l.starts_with(&format!(
+            "[{offset:02x}] Vendor Specific Information: Len=08"
+        ))),
         "{name}: {caps:#?}"
     );
     p
@@ -176,7 +187,10 @@ fn captured_hopper_gpus_get_the_capability_at_c8() {
         let name = format!("{fixture} {bdf}");
         // The whole config space, extended capabilities included (read as root).
         assert_eq!(config.len(), 4096, "{name}");
-        assert!(config[0x100..].iter().any(|&b| b != 0), "{name}: no extended space");
+        assert!(
+            config[0x100..].iter().any(|&b| b != 0),
+            "{name}: no extended space"
+        );
         assert_eq!(
             [config[0], config[1], config[2], config[3]],
             [0xde, 0x10, device as u8, (device >> 8) as u8],
@@ -203,13 +217,19 @@ fn captured_hopper_gpus_get_the_capability_at_c8() {
 #[test]
 fn the_extracted_h200_config_is_the_captured_one() {
     let tree = unpack_fixture("h200x2-passthrough-guest");
-    let captured =
-        std::fs::read(tree.path().join("sysfs/devices/pci0000:00/0000:00:06.0/config")).unwrap();
+    let captured = std::fs::read(
+        tree.path()
+            .join("sysfs/devices/pci0000:00/0000:00:06.0/config"),
+    )
+    .unwrap();
     let extracted = std::fs::read(
         p2p_tests::fixture_dir("h200x2-passthrough-guest").join("gpu-00-06.0.config"),
     )
     .unwrap();
-    assert!(captured == extracted, "gpu-00-06.0.config differs from sysfs.tgz's");
+    assert!(
+        captured == extracted,
+        "gpu-00-06.0.config differs from sysfs.tgz's"
+    );
 }
 
 /// A config space holding only the registers a layout's published facts give.
@@ -318,9 +338,18 @@ fn turing_keeps_msix_at_c8_so_the_capability_goes_to_d4() {
     // The bytes read as the published listing: PM, MSI, Express; no MSI-X,
     // since nothing links 0xC8.
     let caps = lspci_capabilities(&config);
-    assert!(caps[0].starts_with("[60] Power Management version 3"), "{caps:#?}");
-    assert!(caps[1].starts_with("[68] MSI: Enable+ Count=1/1 Maskable- 64bit+"), "{caps:#?}");
-    assert!(caps[2].starts_with("[78] Express (v2) Legacy Endpoint, MSI 00"), "{caps:#?}");
+    assert!(
+        caps[0].starts_with("[60] Power Management version 3"),
+        "{caps:#?}"
+    );
+    assert!(
+        caps[1].starts_with("[68] MSI: Enable+ Count=1/1 Maskable- 64bit+"),
+        "{caps:#?}"
+    );
+    assert!(
+        caps[2].starts_with("[78] Express (v2) Legacy Endpoint, MSI 00"),
+        "{caps:#?}"
+    );
     assert_eq!(caps.len(), 3, "{caps:#?}");
     assert_eq!(
         our_walk(&config),
@@ -346,7 +375,12 @@ fn a_vendor_capability_ending_at_c7_leaves_c8_free() {
     assert!(lspci_capabilities(&config)[3].starts_with("[b4] Vendor Specific Information: Len=14"));
     assert_eq!(
         our_walk(&config),
-        [(0x60, PM, 8), (0x68, MSI, 14), (0x78, EXPRESS, 0x3c), (0xb4, VENDOR, 0x14)]
+        [
+            (0x60, PM, 8),
+            (0x68, MSI, 14),
+            (0x78, EXPRESS, 0x3c),
+            (0xb4, VENDOR, 0x14)
+        ]
     );
     // 0xB4 + 0x14 = 0xC8: adjacent, not overlapping.
     let p = overlay("GT218", &config, 0xc8, (VENDOR, 0xb4));
@@ -357,8 +391,14 @@ fn a_vendor_capability_ending_at_c7_leaves_c8_free() {
 fn a_list_starting_at_d0_gets_the_capability_at_c8_linked_after_its_last() {
     let config = list_at_d0_v100_vgpu();
     let caps = lspci_capabilities(&config);
-    assert!(caps[0].starts_with("[d0] Vendor Specific Information: Len=1b"), "{caps:#?}");
-    assert!(caps[1].starts_with("[68] MSI: Enable- Count=1/1 Maskable- 64bit+"), "{caps:#?}");
+    assert!(
+        caps[0].starts_with("[d0] Vendor Specific Information: Len=1b"),
+        "{caps:#?}"
+    );
+    assert!(
+        caps[1].starts_with("[68] MSI: Enable- Count=1/1 Maskable- 64bit+"),
+        "{caps:#?}"
+    );
     assert_eq!(caps.len(), 2, "{caps:#?}");
     assert_eq!(our_walk(&config), [(0xd0, VENDOR, 0x1b), (0x68, MSI, 14)]);
     // Last in the list is MSI at 0x68, not the highest offset.
@@ -366,10 +406,11 @@ fn a_list_starting_at_d0_gets_the_capability_at_c8_linked_after_its_last() {
 
     // Were 0xC8 taken too (Turing's MSI-X bytes there), 0xD4 is inside the
     // vendor capability: no slot, and the error names both.
-    let both = Built(config).put(0xc8, &[0x11, 0x00, 0x05, 0x00, 0x00, 0x00, 0xb9, 0x00]).0;
+    let both = Built(config)
+        .put(0xc8, &[0x11, 0x00, 0x05, 0x00, 0x00, 0x00, 0xb9, 0x00])
+        .0;
     let e = ConfigOverlay::new(&both, Clique::new(5).unwrap(), OverlayOptions::default())
-        .err()
-        .expect("both slots taken")
+        .expect_err("both slots taken")
         .to_string();
     assert!(e.contains("0xc8") && e.contains("0xd4"), "{e}");
 }

@@ -8,9 +8,9 @@
 use std::path::Path;
 use std::process::Command;
 
+use p2p_tests::ch_contract::{answer_statuses, BodyCheck};
 use p2p_tests::ch_server::FakeCloudHypervisor;
 use p2p_tests::libvirt::{tool, validate};
-use p2p_tests::ch_contract::{answer_statuses, BodyCheck};
 use p2p_tests::{plan_stdout, run, unpack_fixture};
 use serde_json::{json, Value};
 
@@ -197,14 +197,20 @@ fn cloud_hypervisor_bodies_match_the_contract() {
         m.insert("x_nv_gpu_direct_clique".into(), c);
     });
     assert!(
-        renamed.as_ref().unwrap_err().contains("x_nv_gpu_direct_clique"),
+        renamed
+            .as_ref()
+            .unwrap_err()
+            .contains("x_nv_gpu_direct_clique"),
         "{renamed:?}"
     );
     let as_text = wrong(&|m| {
         m.insert("x_nv_gpudirect_clique".into(), json!("1"));
     });
     assert!(
-        as_text.as_ref().unwrap_err().contains("is not of type \"integer\""),
+        as_text
+            .as_ref()
+            .unwrap_err()
+            .contains("is not of type \"integer\""),
         "{as_text:?}"
     );
     for out_of_range in [16, -1, 200] {
