@@ -66,23 +66,16 @@ fn qemu_parses_every_emitted_device() {
     assert!(qemu_accepts(&typo).unwrap_err().contains("not found"));
 }
 
-/// The capability's bytes, stated literally from QEMU's source: the comment
-/// above `get_nv_gpudirect_clique_id` in hw/vfio/pci-quirks.c, which
-/// documents what `vfio_add_nv_gpudirect_cap` (same file) writes:
-///
-/// ```text
-///  * +----------------+----------------+----------------+----------------+
-///  * | sig 7:0 ('P')  |  vndr len (8h) |    next (0h)   |   cap id (9h)  |
-///  * +----------------+----------------+----------------+----------------+
-///  * | rsvd 15:7(0h),id 6:3,ver 2:0(0h)|          sig 23:8 ('P2')        |
-///  * +---------------------------------+---------------------------------+
-/// ```
-///
-/// and the function's own writes after `pci_add_capability(pdev,
-/// PCI_CAP_ID_VNDR, pos, 8, errp)` (id 0x09, next 0): `8, 'P', '2', 'P',
-/// clique << 3, 0` at pos + 2 onwards. So, least significant byte first:
-/// DW0 = 'P' << 24 | 8 << 16 | 0 << 8 | 9 = 0x5008_0009, and DW1 = clique << 3
-/// in its upper half, 'P' << 8 | '2' = 0x5032 in its lower half.
+/// The capability's bytes as QEMU lays them out (QEMU 11.1, the version
+/// scripts/setup.sh installs: hw/vfio/pci-quirks.c, the layout comment above
+/// `get_nv_gpudirect_clique_id` and the writes of `vfio_add_nv_gpudirect_cap`).
+/// In our words: byte 0 is the vendor-specific capability id 0x09 and byte 1
+/// the next pointer (0, the capability is added last); byte 2 the length, 8;
+/// bytes 3, 4 and 5 the signature 'P', '2', 'P'; byte 6 carries the clique id
+/// in bits 6:3 over a version of 0 in bits 2:0; byte 7 and bit 7 of byte 6
+/// are reserved, 0. Read as two little-endian dwords: DW0 = 'P' << 24 |
+/// 8 << 16 | 0 << 8 | 9 = 0x5008_0009, and DW1 = clique << 3 in its upper
+/// half over 'P' << 8 | '2' = 0x5032 in its lower half.
 #[test]
 fn capability_bytes_are_the_ones_qemu_writes() {
     use p2p_shared::{Clique, P2pCapability};
