@@ -1,6 +1,8 @@
 //! A stand-in for Cloud Hypervisor's API server on a Unix socket: it answers
-//! `PUT /api/v1/vm.add-device` with the status codes and bodies the OpenAPI
-//! spec lists, in a scripted order, and records every request it got.
+//! `PUT /api/v1/vm.add-device` and `vm.remove-device` with scripted status
+//! codes and bodies (the tests script those that
+//! tests/contracts/cloud-hypervisor-requests.json lists, and check that it
+//! lists them), and records every request it got.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;

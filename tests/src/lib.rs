@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod ch_contract;
 pub mod ch_server;
 pub mod e2e;
 pub mod emitted;
 pub mod libvirt;
 pub mod nccl_explain;
-pub mod openapi;
 pub mod packages;
 pub mod proxmox;
 pub mod qemu;

@@ -3,14 +3,23 @@
 //! and its binding agree with each other, with what KubeVirt 1.9.0 requires
 //! of a plugin socket (its `kubevirt-plugin-socket-path-policy` and
 //! `kubevirt-plugin-sidecar-subpath-policy`, virt-launcher's own check), and
-//! with what `p2p-host kubevirt plugin-hook` accepts.
+//! with what `p2p-host kubevirt plugin-hook` accepts. The CEL expressions (the
+//! Plugin's condition, the policy's match conditions and its JSONPatch
+//! mutation) are evaluated with cel-interpreter against a VMI and its
+//! launcher pod that must match and ones that must not; no API server runs
+//! here, so the pods are written as KubeVirt 1.9.0 creates them.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
+use cel_interpreter::{Context, Program, Value as CelValue};
+use cel_parser::ast::{EntryExpr, Expr, IdedExpr, MapEntryExpr, MapExpr};
+use cel_parser::reference::Val;
+use cel_parser::Parser;
 use p2p_host::kubevirt_plugin::api::PLUGIN_SOCKET_DIR;
 use p2p_host::kubevirt_plugin::{DEFAULT_SOCKET, PLUGIN_NAME};
 use p2p_tests::{binary, fixture_dir, repo_root};
+use serde_json::{json, Value};
 
 /// The YAML documents of host/kubevirt/plugin-hook.yaml by kind.
 fn manifests() -> std::collections::BTreeMap<String, serde_yaml::Value> {
@@ -23,14 +32,94 @@ fn manifests() -> std::collections::BTreeMap<String, serde_yaml::Value> {
         .collect()
 }
 
-/// The quoted strings in the CEL list that follows `key: [` in `cel`.
-fn cel_list(cel: &str, key: &str) -> Vec<String> {
-    let start = cel.find(&format!("{key}: [")).unwrap() + key.len() + 3;
-    let end = start + cel[start..].find(']').unwrap();
-    cel[start..end]
-        .split(',')
-        .map(|s| s.trim().trim_matches('"').to_string())
-        .collect()
+/// Evaluates the boolean CEL expression `expr` (cel-interpreter) with `name`
+/// bound to `object`, as the API server binds `object` for an admission
+/// policy and KubeVirt binds `vmi` for a Plugin's condition.
+fn cel_bool(expr: &str, name: &str, object: &Value) -> bool {
+    let program = Program::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+    let mut ctx = Context::default();
+    ctx.add_variable(name, object.clone()).unwrap();
+    match program.execute(&ctx) {
+        Ok(CelValue::Bool(b)) => b,
+        other => panic!("{expr} on {object}: {other:?}"),
+    }
+}
+
+/// Rewrites CEL object construction (`JSONPatch{op: ...}`,
+/// `Object.spec.containers{name: ...}`, Kubernetes' typed objects, which
+/// cel-interpreter parses but does not evaluate) into maps of the same
+/// fields, so the expression evaluates to the JSON the API server would build.
+fn objects_as_maps(e: &mut IdedExpr) {
+    match &mut e.expr {
+        Expr::Struct(s) => {
+            let entries = std::mem::take(&mut s.entries);
+            let mut map = MapExpr::default();
+            for mut entry in entries {
+                let EntryExpr::StructField(f) = entry.expr else {
+                    panic!("a field of {}", s.type_name)
+                };
+                let mut value = f.value;
+                objects_as_maps(&mut value);
+                entry.expr = EntryExpr::MapEntry(MapEntryExpr {
+                    key: IdedExpr {
+                        id: entry.id,
+                        expr: Expr::Literal(Val::String(f.field)),
+                    },
+                    value,
+                    optional: f.optional,
+                });
+                map.entries.push(entry);
+            }
+            e.expr = Expr::Map(map);
+        }
+        Expr::List(l) => l.elements.iter_mut().for_each(objects_as_maps),
+        Expr::Map(m) => {
+            for entry in &mut m.entries {
+                if let EntryExpr::MapEntry(me) = &mut entry.expr {
+                    objects_as_maps(&mut me.value);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The policy's JSONPatch expression evaluated on `pod`: the patch operations.
+fn cel_patch(expr: &str, pod: &Value) -> Vec<Value> {
+    let mut parsed = Parser::default()
+        .parse(expr)
+        .unwrap_or_else(|e| panic!("the policy's CEL does not parse: {e}"));
+    objects_as_maps(&mut parsed);
+    let mut ctx = Context::default();
+    ctx.add_variable("object", pod.clone()).unwrap();
+    let out = CelValue::resolve(&parsed, &ctx).unwrap_or_else(|e| panic!("{expr}: {e:?}"));
+    out.json()
+        .unwrap()
+        .as_array()
+        .expect("a list of JSONPatch operations")
+        .clone()
+}
+
+/// A virt-launcher pod as KubeVirt creates it for a VMI with `annotations`
+/// (it copies the VMI's annotations to its pod): the `kubevirt.io:
+/// virt-launcher` label and, with the Plugins gate, the plugin socket volume.
+fn launcher_pod(annotations: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "virt-launcher-gpu-vm-x7k2p",
+            "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "gpu-vm"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}],
+            "volumes": [
+                {"name": "private", "emptyDir": {}},
+                {"name": "kubevirt-plugin-sockets", "emptyDir": {}},
+            ],
+        },
+    })
 }
 
 #[test]
@@ -56,31 +145,133 @@ fn the_plugin_and_the_admission_policy_agree_with_the_hook() {
     );
     let binding = &m["MutatingAdmissionPolicyBinding"];
     assert_eq!(binding["spec"]["policyName"], map_name);
-    // The Plugin's condition and the policy's selection are the same test.
-    let selects = "annotations.exists(k, k.startsWith(\"vp2p.io/\"))";
-    assert!(plugin["spec"]["condition"]
-        .as_str()
-        .unwrap()
-        .contains(selects));
-    let conditions = map["spec"]["matchConditions"].as_sequence().unwrap();
-    assert!(conditions
-        .iter()
-        .any(|c| c["expression"].as_str().unwrap().contains(selects)));
+    // The Plugin's condition, evaluated on VMIs: one that asks for vp2p with
+    // any vp2p.io/ annotation is selected, others are not.
+    let condition = plugin["spec"]["condition"].as_str().unwrap();
+    let vmi = |metadata: Value| json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": metadata});
+    let asks = json!({"vp2p.io/on-error": "fail", "kubevirt.io/latest-observed-api-version": "v1"});
+    assert!(cel_bool(
+        condition,
+        "vmi",
+        &vmi(json!({"name": "gpu-vm", "annotations": asks}))
+    ));
+    assert!(cel_bool(
+        condition,
+        "vmi",
+        &vmi(json!({"name": "gpu-vm", "annotations": {"vp2p.io/max-level": "phb"}}))
+    ));
+    for metadata in [
+        json!({"name": "plain"}),
+        json!({"name": "plain", "annotations": {}}),
+        json!({"name": "other", "annotations": {"kubevirt.io/latest-observed-api-version": "v1"}}),
+        json!({"name": "prefix-only", "annotations": {"example.com/vp2p.io/on-error": "fail"}}),
+        json!({"name": "no-slash", "annotations": {"vp2p.io": "yes"}}),
+    ] {
+        assert!(
+            !cel_bool(condition, "vmi", &vmi(metadata.clone())),
+            "{metadata}"
+        );
+    }
 
+    // The policy's match conditions, all evaluated on pods: the launcher pod
+    // of such a VMI matches every one; each pod below fails at least one.
+    let conditions: Vec<&str> = map["spec"]["matchConditions"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c["expression"].as_str().unwrap())
+        .collect();
+    assert_eq!(conditions.len(), 3);
+    let matches = |pod: &Value| conditions.iter().all(|c| cel_bool(c, "object", pod));
+    let pod = launcher_pod(asks.clone());
+    assert!(matches(&pod), "{pod}");
+    let mut not_launcher = pod.clone();
+    not_launcher["metadata"]["labels"]["kubevirt.io"] = json!("virt-handler");
+    // KubeVirt's hotplug attachment pods carry kubevirt.io: hotplug-disk.
+    let mut hotplug = pod.clone();
+    hotplug["metadata"]["labels"]["kubevirt.io"] = json!("hotplug-disk");
+    let mut unlabelled = pod.clone();
+    unlabelled["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("labels");
+    let mut no_volume = pod.clone();
+    no_volume["spec"]["volumes"].as_array_mut().unwrap().pop();
+    let mut no_annotations = pod.clone();
+    no_annotations["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    for (why, p) in [
+        ("virt-handler's label", not_launcher),
+        ("a hotplug pod", hotplug),
+        ("no labels", unlabelled),
+        ("no plugin socket volume", no_volume),
+        ("no annotations", no_annotations),
+        (
+            "no vp2p.io/ annotation",
+            launcher_pod(json!({"kubevirt.io/domain": "gpu-vm"})),
+        ),
+    ] {
+        assert!(!matches(&p), "{why}: {p}");
+    }
+
+    // The mutation, evaluated on the matching pod and applied as the API
+    // server applies a JSON Patch "add" at /spec/containers/-: the sidecar is
+    // appended, mounting the pod's plugin volume where the Plugin's socket
+    // is, with subPath the plugin's name.
     let cel = map["spec"]["mutations"][0]["jsonPatch"]["expression"]
         .as_str()
         .unwrap();
-    // The socket's directory is the pod's plugin volume, subPath the plugin.
-    assert!(cel.contains("name: \"kubevirt-plugin-sockets\""));
-    assert!(cel.contains(&format!(
-        "mountPath: \"{PLUGIN_SOCKET_DIR}/{PLUGIN_NAME}/\""
-    )));
-    assert!(cel.contains(&format!("subPath: \"{PLUGIN_NAME}\"")));
-    assert_eq!(cel_list(cel, "command"), ["p2p-host"]);
-    let args = cel_list(cel, "args");
+    let ops = cel_patch(cel, &pod);
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert_eq!(ops[0]["op"], "add");
+    assert_eq!(ops[0]["path"], "/spec/containers/-");
+    let mut patched = pod.clone();
+    patched["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(ops[0]["value"].clone());
+    let containers = patched["spec"]["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 2);
+    let sidecar = &containers[1];
+    assert_eq!(sidecar["name"], "vp2p-plugin-hook");
+    let mounts = sidecar["volumeMounts"].as_array().unwrap();
+    assert_eq!(mounts.len(), 1);
+    let volume = mounts[0]["name"].as_str().unwrap();
+    assert!(
+        patched["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == volume),
+        "the sidecar mounts {volume}, which the pod must have"
+    );
+    assert_eq!(volume, "kubevirt-plugin-sockets");
+    let mount_path = mounts[0]["mountPath"].as_str().unwrap();
+    assert_eq!(mount_path, format!("{PLUGIN_SOCKET_DIR}/{PLUGIN_NAME}/"));
+    assert_eq!(mounts[0]["subPath"], PLUGIN_NAME);
+    assert_eq!(sidecar["command"], json!(["p2p-host"]));
+    let args: Vec<String> = sidecar["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
     assert_eq!(
         args,
         ["kubevirt", "plugin-hook", "--socket", DEFAULT_SOCKET]
+    );
+    // The socket it serves is inside the mounted directory, where the Plugin looks.
+    assert!(socket.starts_with(mount_path) && args[3] == socket);
+    assert_eq!(sidecar["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        sidecar["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        sidecar["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
     );
     // The image's user is numeric (runAsNonRoot) and p2p-host is on its PATH.
     let cf = std::fs::read_to_string(repo_root().join("host/kubevirt/Containerfile")).unwrap();

@@ -2,8 +2,7 @@
 //! root, with the binaries built from this tree) and prints what the README
 //! shows; `...` and `[..]` mark output cut for length. Blocks of output
 //! recorded elsewhere (GPU VMs, a Cloud Hypervisor socket) are `text` blocks.
-//! Reads only the repository's own files (the inject example reads a
-//! published GPU config from tests/fixtures/real-gpu-configs).
+//! Reads only the repository's own files.
 
 use p2p_tests::{binary, repo_root};
 

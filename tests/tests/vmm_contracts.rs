@@ -1,15 +1,16 @@
 //! Contract tests: what `p2p-host plan --emit` writes is fed to the real
-//! consumers (QEMU's option parser, libvirt's own schema, Cloud Hypervisor's
-//! OpenAPI spec), and `p2p-host apply` talks to a server that answers as the
-//! spec says. QEMU and libvirt's validator must be installed (scripts/setup.sh);
+//! consumers (QEMU's option parser, libvirt's own schema), and to vp2p's own
+//! contract of the Cloud Hypervisor requests (tests/contracts/, each fact
+//! cited to Cloud Hypervisor v53.0); `p2p-host apply` talks to a server that
+//! answers as that contract says. QEMU and libvirt's validator must be installed (scripts/setup.sh);
 //! a missing tool fails the test with a message saying so.
 
 use std::path::Path;
 use std::process::Command;
 
+use p2p_tests::ch_contract::{answer_statuses, BodyCheck};
 use p2p_tests::ch_server::FakeCloudHypervisor;
 use p2p_tests::libvirt::{tool, validate};
-use p2p_tests::openapi::SchemaCheck;
 use p2p_tests::{plan_stdout, run, unpack_fixture};
 use serde_json::{json, Value};
 
@@ -65,23 +66,16 @@ fn qemu_parses_every_emitted_device() {
     assert!(qemu_accepts(&typo).unwrap_err().contains("not found"));
 }
 
-/// The capability's bytes, stated literally from QEMU's source: the comment
-/// above `get_nv_gpudirect_clique_id` in hw/vfio/pci-quirks.c, which
-/// documents what `vfio_add_nv_gpudirect_cap` (same file) writes:
-///
-/// ```text
-///  * +----------------+----------------+----------------+----------------+
-///  * | sig 7:0 ('P')  |  vndr len (8h) |    next (0h)   |   cap id (9h)  |
-///  * +----------------+----------------+----------------+----------------+
-///  * | rsvd 15:7(0h),id 6:3,ver 2:0(0h)|          sig 23:8 ('P2')        |
-///  * +---------------------------------+---------------------------------+
-/// ```
-///
-/// and the function's own writes after `pci_add_capability(pdev,
-/// PCI_CAP_ID_VNDR, pos, 8, errp)` (id 0x09, next 0): `8, 'P', '2', 'P',
-/// clique << 3, 0` at pos + 2 onwards. So, least significant byte first:
-/// DW0 = 'P' << 24 | 8 << 16 | 0 << 8 | 9 = 0x5008_0009, and DW1 = clique << 3
-/// in its upper half, 'P' << 8 | '2' = 0x5032 in its lower half.
+/// The capability's bytes as QEMU lays them out (QEMU 11.1, the version
+/// scripts/setup.sh installs: hw/vfio/pci-quirks.c, the layout comment above
+/// `get_nv_gpudirect_clique_id` and the writes of `vfio_add_nv_gpudirect_cap`).
+/// In our words: byte 0 is the vendor-specific capability id 0x09 and byte 1
+/// the next pointer (0, the capability is added last); byte 2 the length, 8;
+/// bytes 3, 4 and 5 the signature 'P', '2', 'P'; byte 6 carries the clique id
+/// in bits 6:3 over a version of 0 in bits 2:0; byte 7 and bit 7 of byte 6
+/// are reserved, 0. Read as two little-endian dwords: DW0 = 'P' << 24 |
+/// 8 << 16 | 0 << 8 | 9 = 0x5008_0009, and DW1 = clique << 3 in its upper
+/// half over 'P' << 8 | '2' = 0x5032 in its lower half.
 #[test]
 fn capability_bytes_are_the_ones_qemu_writes() {
     use p2p_shared::{Clique, P2pCapability};
@@ -155,9 +149,15 @@ fn libvirt_schema_accepts_the_fragments() {
     .unwrap();
 }
 
+const ADD: &str = "/api/v1/vm.add-device";
+const REMOVE: &str = "/api/v1/vm.remove-device";
+
+/// The emitted request bodies hold to vp2p's own contract
+/// (tests/contracts/cloud-hypervisor-requests.json, facts cited there to Cloud
+/// Hypervisor v53.0), and a body with one wrong name, type or value does not.
 #[test]
-fn cloud_hypervisor_bodies_match_the_openapi_spec() {
-    let device = SchemaCheck::component("DeviceConfig");
+fn cloud_hypervisor_bodies_match_the_contract() {
+    let device = BodyCheck::request(ADD);
     let tree = unpack_fixture(FIXTURE);
     let topo =
         p2p_host::sysfs::scan(&p2p_host::sysfs::SysfsRoot::new(tree.path()).unwrap()).unwrap();
@@ -175,35 +175,101 @@ fn cloud_hypervisor_bodies_match_the_openapi_spec() {
         let v = serde_json::to_value(b).unwrap();
         device
             .check(&v)
-            .unwrap_or_else(|e| panic!("{v} violates DeviceConfig: {e}"));
+            .unwrap_or_else(|e| panic!("{v} violates the add-device contract: {e}"));
     }
-    // Controls: the check knows int8 and the property names.
-    assert!(device
-        .check(&json!({"path": "/x", "x_nv_gpudirect_clique": 200}))
-        .is_err());
-    assert!(device
-        .check(&json!({"path": "/x", "x_nv_gpu_direct_clique": 1}))
-        .is_err());
-    assert!(
-        device
-            .check(&json!({"path": "/x", "x_nv_gpudirect_clique": -1}))
-            .is_ok(),
-        "int8, as the spec says"
-    );
 
-    // The CLI form names the same paths and values, and turns vfio_p2p_dma on.
-    let text = plan_cli_ch();
-    assert!(text.contains("--platform vfio_p2p_dma=on"));
-    let platform = SchemaCheck::component("PlatformConfig");
-    platform.check(&json!({"vfio_p2p_dma": true})).unwrap();
-    for b in &bodies {
+    // Controls: an emitted body with one thing wrong fails the check.
+    let emitted = serde_json::to_value(&bodies[1]).unwrap();
+    let wrong = |edit: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let mut v = emitted.clone();
+        edit(v.as_object_mut().unwrap());
+        device.check(&v)
+    };
+    let renamed = wrong(&|m| {
+        let c = m.remove("x_nv_gpudirect_clique").unwrap();
+        m.insert("x_nv_gpu_direct_clique".into(), c);
+    });
+    assert!(
+        renamed
+            .as_ref()
+            .unwrap_err()
+            .contains("x_nv_gpu_direct_clique"),
+        "{renamed:?}"
+    );
+    let as_text = wrong(&|m| {
+        m.insert("x_nv_gpudirect_clique".into(), json!("1"));
+    });
+    assert!(
+        as_text
+            .as_ref()
+            .unwrap_err()
+            .contains("is not of type \"integer\""),
+        "{as_text:?}"
+    );
+    for out_of_range in [16, -1, 200] {
         assert!(
-            text.contains(&format!(
-                "--device path={},id={},x_nv_gpudirect_clique={}",
-                b.path, b.id, b.x_nv_gpudirect_clique
-            )),
-            "{text}"
+            wrong(&|m| {
+                m.insert("x_nv_gpudirect_clique".into(), json!(out_of_range));
+            })
+            .is_err(),
+            "clique {out_of_range}: the capability's field holds 0..=15, the server a u8"
         );
+    }
+    assert!(wrong(&|m| {
+        m.insert("path".into(), json!("/dev/vfio/7"));
+    })
+    .is_err());
+    assert!(wrong(&|m| {
+        m.remove("id");
+    })
+    .is_err());
+    assert!(wrong(&|m| {
+        m.insert("iommu".into(), json!(true));
+    })
+    .is_err());
+    assert!(wrong(&|_| {}).is_ok(), "the unedited body passes");
+
+    // The CLI form names the same paths and values with the keys Cloud
+    // Hypervisor's --device and --platform parsers take, and turns
+    // vfio_p2p_dma on, which a device with a clique requires.
+    let contract = p2p_tests::ch_contract::contract();
+    let cli = &contract["command_line"];
+    let device_keys: Vec<&str> = cli["device_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let text = plan_cli_ch();
+    let platform: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("--platform "))
+        .collect();
+    assert_eq!(platform, ["vfio_p2p_dma=on \\"], "{text}");
+    let (key, value) = platform[0].trim_end_matches(" \\").split_once('=').unwrap();
+    let allowed = cli["platform_keys"][key].as_array().unwrap();
+    assert!(allowed.iter().any(|v| v == value), "{key}={value}");
+    let devices: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("--device "))
+        .map(|l| l.trim_end_matches(" \\"))
+        .collect();
+    assert_eq!(devices.len(), bodies.len(), "{text}");
+    for (d, b) in devices.iter().zip(&bodies) {
+        let mut as_body = serde_json::Map::new();
+        for pair in d.split(',') {
+            let (k, v) = pair.split_once('=').unwrap();
+            assert!(device_keys.contains(&k), "{k} is not a --device key: {d}");
+            let v = match k {
+                // Parsed as u8 by Cloud Hypervisor's option parser.
+                "x_nv_gpudirect_clique" => json!(v.parse::<u8>().unwrap()),
+                _ => json!(v),
+            };
+            as_body.insert(k.to_string(), v);
+        }
+        let as_body = Value::Object(as_body);
+        device.check(&as_body).unwrap();
+        assert_eq!(as_body, serde_json::to_value(b).unwrap());
     }
 }
 
@@ -246,11 +312,14 @@ fn apply_hot_adds_every_gpu_and_reports_each_answer() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let got = server.received();
     assert_eq!(got.len(), 4);
-    let schema = SchemaCheck::component("DeviceConfig");
-    let answer = SchemaCheck::component("PciDeviceInfo");
+    let schema = BodyCheck::request(ADD);
+    let answer = BodyCheck::answer(ADD, 200);
+    // The stand-in answers only with statuses the contract lists.
+    let listed = answer_statuses(ADD);
+    assert!([200, 204].iter().all(|s| listed.contains(s)), "{listed:?}");
     for (i, req) in got.iter().enumerate() {
         assert_eq!(req.method, "PUT");
-        assert_eq!(req.path, "/api/v1/vm.add-device");
+        assert_eq!(req.path, ADD);
         assert_eq!(req.content_type.as_deref(), Some("application/json"));
         let body: Value = serde_json::from_str(&req.body).unwrap();
         schema.check(&body).unwrap();
@@ -263,6 +332,10 @@ fn apply_hot_adds_every_gpu_and_reports_each_answer() {
     answer
         .check(&serde_json::from_str(&info("a", 1).unwrap()).unwrap())
         .unwrap();
+    assert!(
+        answer.check(&json!({"id": "a"})).is_err(),
+        "bdf is required"
+    );
     assert!(
         r.stdout
             .contains("/sys/bus/pci/devices/0000:00:06.0/ clique 0 -> 200"),
@@ -298,11 +371,15 @@ fn apply_stops_at_the_first_refusal_and_undoes_what_it_added() {
     assert_eq!(r.code, Some(1));
     let got = server.received();
     assert_eq!(got.len(), 3, "two adds, then one removal; nothing more");
-    assert_eq!(got[2].path, "/api/v1/vm.remove-device");
+    assert_eq!(got[2].path, REMOVE);
+    assert!(answer_statuses(ADD).contains(&400) && answer_statuses(REMOVE).contains(&204));
     let body: Value = serde_json::from_str(&got[2].body).unwrap();
-    SchemaCheck::component("VmRemoveDevice")
+    let remove = BodyCheck::request(REMOVE);
+    remove
         .check(&body)
-        .unwrap_or_else(|e| panic!("{body} violates VmRemoveDevice: {e}"));
+        .unwrap_or_else(|e| panic!("{body} violates the remove-device contract: {e}"));
+    assert!(remove.check(&json!({"id": 7})).is_err());
+    assert!(remove.check(&json!({"ids": "ua-vp2p-gpu0"})).is_err());
     assert_eq!(body, json!({"id": "ua-vp2p-gpu0"}));
     assert!(
         r.stderr.contains(

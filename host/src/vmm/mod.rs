@@ -3,8 +3,9 @@
 //! VM configuration, and NCCL's topology file.
 //!
 //! Each emitter writes exactly what its VMM accepts as is; the contract tests
-//! feed the output to QEMU, to libvirt's schema and to Cloud Hypervisor's
-//! OpenAPI spec, and the end-to-end test boots the mirrored layout.
+//! feed the output to QEMU, to libvirt's schema and to vp2p's contract of
+//! Cloud Hypervisor's API (tests/contracts/), and the end-to-end test boots
+//! the mirrored layout.
 
 pub mod ch_api;
 pub mod cloud_hypervisor;
