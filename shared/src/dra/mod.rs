@@ -31,6 +31,7 @@
 
 pub mod allocator;
 mod api;
+mod property;
 pub mod names;
 mod text;
 
@@ -49,6 +50,7 @@ use crate::topology::{PciFunction, Topology};
 
 pub use allocator::{allocations, Claim};
 pub use api::*;
+pub use property::verify_cliques;
 
 /// The driver name when none is given.
 pub const DEFAULT_DRIVER: &str = "gpu.vp2p.io";

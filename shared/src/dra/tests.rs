@@ -8,8 +8,6 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::chooser::pair_allowed;
-use crate::classify::classify;
 use crate::topology::{AcsState, HostBridge, LinkInfo, NvLink};
 
 const GPU: u32 = 0x030200;
@@ -283,115 +281,6 @@ fn a_pool_past_128_devices_is_split_and_counts_its_slices() {
     assert_eq!(p.slices[0].spec.pool.resource_slice_count, 1);
 }
 
-/// Checks the property on one publication: for every pair of published
-/// devices and every level, equal `clique<L>` exactly when the PCIe class is
-/// within L; for GPU pairs, the chooser allows the pair exactly when a clique
-/// attribute, `nvlinkDomain` or an `fmPartition<N>` is equal (soundness
-/// only, when an NVLink set is not fully connected); and every allocation of
-/// N one-device GPU requests under `matchAttribute: clique<L>` is a set of N
-/// published GPUs that is one clique at L, and every such set is one.
-pub(crate) fn check_property(
-    topo: &Topology,
-    p: &Publication,
-    partitions: Option<&[FmPartition]>,
-    max_n: usize,
-) {
-    let devs: Vec<&Device> = p.devices().collect();
-    let bdf = |d: &Device| -> Bdf {
-        d.attributes[PCI_BUS_ID].as_str().unwrap().parse().unwrap()
-    };
-    let is_gpu = |d: &Device| attr(p, d, "kind").and_then(|a| a.as_str()) == Some("gpu");
-    let eq = |x: &Device, y: &Device, id: &str| {
-        let a = attr(p, x, id);
-        a.is_some() && a == attr(p, y, id)
-    };
-    let fm_ids: BTreeSet<String> = devs
-        .iter()
-        .flat_map(|d| d.attributes.keys())
-        .filter(|k| k.contains("/fmPartition"))
-        .map(|k| k.rsplit('/').next().unwrap().to_string())
-        .collect();
-    let exact = !p.notes.iter().any(|n| n.contains("not fully connected"));
-    for (i, x) in devs.iter().enumerate() {
-        for y in &devs[i + 1..] {
-            let path = classify(topo, bdf(x), bdf(y)).unwrap();
-            for (class, id) in CLIQUE_ATTRIBUTES {
-                assert_eq!(
-                    eq(x, y, id),
-                    path.pcie_class.within(class),
-                    "{} {} at {class}: class {}",
-                    x.name,
-                    y.name,
-                    path.pcie_class
-                );
-            }
-            if !(is_gpu(x) && is_gpu(y)) {
-                continue;
-            }
-            for (class, id) in CLIQUE_ATTRIBUTES {
-                let level = MaxLevel::new(class).unwrap();
-                let allowed = pair_allowed(topo, bdf(x), bdf(y), level, partitions);
-                let equal = eq(x, y, id)
-                    || eq(x, y, "nvlinkDomain")
-                    || fm_ids.iter().any(|f| eq(x, y, f));
-                if exact {
-                    assert_eq!(equal, allowed, "{} {} at {class}", x.name, y.name);
-                } else {
-                    assert!(!equal || allowed, "{} {} at {class}", x.name, y.name);
-                }
-            }
-        }
-    }
-    let gpus: Vec<&Device> = devs.iter().copied().filter(|d| is_gpu(d)).collect();
-    for (class, id) in CLIQUE_ATTRIBUTES {
-        for n in 1..=max_n.min(gpus.len()) {
-            let claim = Claim {
-                gpus: n,
-                nics: 0,
-                match_attribute: p.attribute_name(id),
-            };
-            let got = allocations(&p.driver, &devs, &claim);
-            let mut want = BTreeSet::new();
-            subsets(&gpus, n, &mut Vec::new(), 0, &mut |set: &[&Device]| {
-                let clique = set.iter().enumerate().all(|(i, a)| {
-                    set[i + 1..].iter().all(|c| {
-                        classify(topo, bdf(a), bdf(c))
-                            .unwrap()
-                            .pcie_class
-                            .within(class)
-                    })
-                });
-                // One GPU alone is "one clique" only where it has the attribute.
-                let has = set.iter().all(|d| attr(p, d, id).is_some());
-                if clique && has {
-                    let mut names: Vec<String> = set.iter().map(|d| d.name.clone()).collect();
-                    names.sort();
-                    want.insert(names);
-                }
-            });
-            assert_eq!(got, want, "{n} GPUs under matchAttribute {id}");
-        }
-    }
-}
-
-fn subsets<'a>(
-    items: &[&'a Device],
-    n: usize,
-    cur: &mut Vec<&'a Device>,
-    from: usize,
-    f: &mut dyn FnMut(&[&'a Device]),
-) {
-    if cur.len() == n {
-        f(cur);
-        return;
-    }
-    for i in from..items.len() {
-        cur.push(items[i]);
-        subsets(items, n, cur, i + 1, f);
-        cur.pop();
-    }
-}
-
 #[test]
 fn the_property_holds_on_the_hand_built_tree() {
     let t = hand_built();
@@ -399,7 +288,8 @@ fn the_property_holds_on_the_hand_built_tree() {
     let mut opts = SliceOptions::new("node-a", DEFAULT_DRIVER, &sel);
     opts.bind = true;
     let p = build_slices(&t, &opts).unwrap();
-    check_property(&t, &p, None, 4);
+    let v = verify_cliques(&t, &p, None, 4);
+    assert!(v.is_empty(), "{v:#?}");
 }
 
 /// A generated host from decision bytes: 1 to 3 host bridges (NUMA 0, 1 or
@@ -511,6 +401,7 @@ proptest! {
         let count = p.slices.len() as i64;
         prop_assert!(p.slices.iter().all(|s| s.spec.pool.resource_slice_count == count));
         prop_assert!(p.slices.iter().all(|s| s.spec.devices.len() <= opts.max_devices_per_slice));
-        check_property(&t, &p, partitions, 4);
+        let v = verify_cliques(&t, &p, partitions, 4);
+        prop_assert!(v.is_empty(), "{:#?}", v);
     }
 }
