@@ -46,7 +46,11 @@ fn main() {
         devices = p.devices().count();
     }
     let (median, worst) = median_worst(times);
-    let verdict = if worst < Duration::from_millis(10) { "under" } else { "OVER" };
+    let verdict = if worst < Duration::from_millis(10) {
+        "under"
+    } else {
+        "OVER"
+    };
     println!(
         "dra_scale slices: {devices} devices (16 GPUs, 16 NICs), {} functions, {runs} runs: median {:.3} ms, worst {:.3} ms: {verdict} the 10 ms target",
         big.functions.len(),
@@ -67,7 +71,11 @@ fn main() {
         assert!(violations.is_empty(), "{violations:#?}");
     }
     let (median, worst) = median_worst(times);
-    let verdict = if worst < Duration::from_secs(1) { "under" } else { "OVER" };
+    let verdict = if worst < Duration::from_secs(1) {
+        "under"
+    } else {
+        "OVER"
+    };
     println!(
         "dra_scale property: {} devices (8 GPUs, 8 NICs), allocations of 1..8 GPUs at PIX, PXB, PHB, NODE, {runs} runs: median {:.1} ms, worst {:.1} ms: {verdict} the 1 s target",
         p.devices().count(),

@@ -111,4 +111,3 @@ pub fn host_of(sockets: u8, bridges: u8) -> Topology {
     t.sort();
     t
 }
-

@@ -96,7 +96,9 @@ pub struct Device {
 }
 
 /// `DeviceAttribute`: exactly one typed value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum DeviceAttribute {
     /// An integer (`{"int": 3}`).

@@ -31,8 +31,8 @@
 
 pub mod allocator;
 mod api;
-mod property;
 pub mod names;
+mod property;
 mod text;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -472,7 +472,10 @@ fn device(
             a.insert(own("nvlinkDomain"), s(d.clone()));
         }
         for (n, id) in fm.get(&f.bdf).into_iter().flatten() {
-            a.insert(own(&format!("fmPartition{n}")), DeviceAttribute::Int(i64::from(*id)));
+            a.insert(
+                own(&format!("fmPartition{n}")),
+                DeviceAttribute::Int(i64::from(*id)),
+            );
         }
         if let Some((nic, class)) = nearest_nic(topo, f, nics) {
             a.insert(own("nearestNic"), s(nic.to_string()));
@@ -523,7 +526,11 @@ fn check_device(d: &Device, bdf: Bdf) -> Result<(), SliceError> {
         }
         if let DeviceAttribute::String(v) | DeviceAttribute::Version(v) = value {
             if v.len() > MAX_VALUE {
-                return Err(bad(name, v.clone(), "the value is longer than 64 characters"));
+                return Err(bad(
+                    name,
+                    v.clone(),
+                    "the value is longer than 64 characters",
+                ));
             }
         }
     }

@@ -29,7 +29,9 @@ pub fn verify_cliques(
     let devs: Vec<&Device> = p.devices().collect();
     let bdf = |d: &Device| -> Option<Bdf> { d.attributes.get(PCI_BUS_ID)?.as_str()?.parse().ok() };
     let own = |d: &Device, id: &str| d.attributes.get(&p.attribute_name(id)).cloned();
-    let is_gpu = |d: &Device| own(d, "kind").and_then(|a| a.as_str().map(str::to_string)) == Some("gpu".into());
+    let is_gpu = |d: &Device| {
+        own(d, "kind").and_then(|a| a.as_str().map(str::to_string)) == Some("gpu".into())
+    };
     let eq = |x: &Device, y: &Device, id: &str| {
         let a = own(x, id);
         a.is_some() && a == own(y, id)
@@ -49,7 +51,10 @@ pub fn verify_cliques(
     for (i, x) in devs.iter().enumerate() {
         for y in &devs[i + 1..] {
             let Some(pcie) = class(x, y) else {
-                bad.push(format!("{} or {} has no pciBusID of the topology", x.name, y.name));
+                bad.push(format!(
+                    "{} or {} has no pciBusID of the topology",
+                    x.name, y.name
+                ));
                 continue;
             };
             for (level, id) in CLIQUE_ATTRIBUTES {
@@ -73,9 +78,8 @@ pub fn verify_cliques(
                     continue;
                 };
                 let allowed = pair_allowed(topo, a, b, max, partitions);
-                let equal = eq(x, y, id)
-                    || eq(x, y, "nvlinkDomain")
-                    || fm_ids.iter().any(|f| eq(x, y, f));
+                let equal =
+                    eq(x, y, id) || eq(x, y, "nvlinkDomain") || fm_ids.iter().any(|f| eq(x, y, f));
                 if (exact && equal != allowed) || (equal && !allowed) {
                     bad.push(format!(
                         "{} and {} at {level}: chooser allows {allowed}, attributes equal {equal}",

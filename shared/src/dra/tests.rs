@@ -102,23 +102,104 @@ fn hand_built() -> Topology {
     let mut t = Tree::new();
     let hb = t.host_bridge(0x00, Some(0));
     let n = Some(0);
-    t.add(b("00:01.0"), &hb, None, BRIDGE, Some(RootPort), n, None, "pcieport");
-    t.add(b("01:00.0"), &hb, Some(b("00:01.0")), BRIDGE, Some(SwitchUpstream), n, None, "pcieport");
+    t.add(
+        b("00:01.0"),
+        &hb,
+        None,
+        BRIDGE,
+        Some(RootPort),
+        n,
+        None,
+        "pcieport",
+    );
+    t.add(
+        b("01:00.0"),
+        &hb,
+        Some(b("00:01.0")),
+        BRIDGE,
+        Some(SwitchUpstream),
+        n,
+        None,
+        "pcieport",
+    );
     for (i, ep) in ["03:00.0", "04:00.0", "05:00.0"].iter().enumerate() {
         let down = b(&format!("02:{i:02x}.0"));
-        t.add(down, &hb, Some(b("01:00.0")), BRIDGE, Some(SwitchDownstream), n, None, "pcieport");
+        t.add(
+            down,
+            &hb,
+            Some(b("01:00.0")),
+            BRIDGE,
+            Some(SwitchDownstream),
+            n,
+            None,
+            "pcieport",
+        );
         let class = if i == 2 { NIC } else { GPU };
         let group = (i == 0).then_some(50);
-        t.add(b(ep), &hb, Some(down), class, Some(Endpoint), n, group, "vfio-pci");
+        t.add(
+            b(ep),
+            &hb,
+            Some(down),
+            class,
+            Some(Endpoint),
+            n,
+            group,
+            "vfio-pci",
+        );
     }
-    t.add(b("03:00.1"), &hb, Some(b("02:00.0")), AUDIO, Some(Endpoint), n, Some(50), "vfio-pci");
-    t.add(b("00:02.0"), &hb, None, BRIDGE, Some(RootPort), n, None, "pcieport");
+    t.add(
+        b("03:00.1"),
+        &hb,
+        Some(b("02:00.0")),
+        AUDIO,
+        Some(Endpoint),
+        n,
+        Some(50),
+        "vfio-pci",
+    );
+    t.add(
+        b("00:02.0"),
+        &hb,
+        None,
+        BRIDGE,
+        Some(RootPort),
+        n,
+        None,
+        "pcieport",
+    );
     for f in ["10:00.0", "10:00.1"] {
-        t.add(b(f), &hb, Some(b("00:02.0")), GPU, Some(Endpoint), n, Some(99), "vfio-pci");
+        t.add(
+            b(f),
+            &hb,
+            Some(b("00:02.0")),
+            GPU,
+            Some(Endpoint),
+            n,
+            Some(99),
+            "vfio-pci",
+        );
     }
     let hb2 = t.host_bridge(0x80, None);
-    t.add(b("80:01.0"), &hb2, None, BRIDGE, Some(RootPort), None, None, "pcieport");
-    t.add(b("81:00.0"), &hb2, Some(b("80:01.0")), GPU, Some(Endpoint), None, None, "nvidia");
+    t.add(
+        b("80:01.0"),
+        &hb2,
+        None,
+        BRIDGE,
+        Some(RootPort),
+        None,
+        None,
+        "pcieport",
+    );
+    t.add(
+        b("81:00.0"),
+        &hb2,
+        Some(b("80:01.0")),
+        GPU,
+        Some(Endpoint),
+        None,
+        None,
+        "nvidia",
+    );
     t.done()
 }
 
@@ -136,7 +217,10 @@ fn hand_built_tree_publishes_the_attributes_worked_out_by_hand() {
     let sel = GpuSelector::Nvidia;
     let p = build_slices(&t, &SliceOptions::new("node-a", DEFAULT_DRIVER, &sel)).unwrap();
     let names: Vec<&str> = p.devices().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, ["gpu-0000-03-00-0", "gpu-0000-04-00-0", "nic-0000-05-00-0"]);
+    assert_eq!(
+        names,
+        ["gpu-0000-03-00-0", "gpu-0000-04-00-0", "nic-0000-05-00-0"]
+    );
     let d: Vec<&Device> = p.devices().collect();
     // Both GPUs and the NIC are below switch 01:00.0 (PIX), root port 00:01.0.
     for dev in &d {
@@ -145,14 +229,26 @@ fn hand_built_tree_publishes_the_attributes_worked_out_by_hand() {
         assert_eq!(attr(&p, dev, "cliquePhb").cloned(), string("pci0000:00"));
         assert_eq!(attr(&p, dev, "cliqueNode").cloned(), string("node0"));
         assert_eq!(dev.attributes.get(PCIE_ROOT).cloned(), string("pci0000:00"));
-        assert_eq!(dev.attributes.get(NUMA_NODE), Some(&DeviceAttribute::Int(0)));
+        assert_eq!(
+            dev.attributes.get(NUMA_NODE),
+            Some(&DeviceAttribute::Int(0))
+        );
     }
-    assert_eq!(d[0].attributes.get(PCI_BUS_ID).cloned(), string("0000:03:00.0"));
+    assert_eq!(
+        d[0].attributes.get(PCI_BUS_ID).cloned(),
+        string("0000:03:00.0")
+    );
     assert_eq!(attr(&p, d[0], "kind").cloned(), string("gpu"));
     assert_eq!(attr(&p, d[2], "kind").cloned(), string("nic"));
     assert_eq!(attr(&p, d[2], "vendorID").cloned(), string("15b3"));
-    assert_eq!(attr(&p, d[0], "iommuGroup"), Some(&DeviceAttribute::Int(50)));
-    assert_eq!(attr(&p, d[0], "nearestNic").cloned(), string("0000:05:00.0"));
+    assert_eq!(
+        attr(&p, d[0], "iommuGroup"),
+        Some(&DeviceAttribute::Int(50))
+    );
+    assert_eq!(
+        attr(&p, d[0], "nearestNic").cloned(),
+        string("0000:05:00.0")
+    );
     assert_eq!(attr(&p, d[0], "nearestNicClass").cloned(), string("PIX"));
     assert_eq!(attr(&p, d[2], "nearestNic"), None);
     // Left out: the two GPUs of group 99 (each names the other), and the GPU
@@ -163,13 +259,20 @@ fn hand_built_tree_publishes_the_attributes_worked_out_by_hand() {
         .map(|l| (l.bdf.to_string(), l.reason.as_str()))
         .collect();
     assert_eq!(left.len(), 3, "{left:?}");
-    assert!(left[0].1.contains("IOMMU group 99 also holds 0000:10:00.1 (gpu)"));
-    assert!(left[1].1.contains("IOMMU group 99 also holds 0000:10:00.0 (gpu)"));
+    assert!(left[0]
+        .1
+        .contains("IOMMU group 99 also holds 0000:10:00.1 (gpu)"));
+    assert!(left[1]
+        .1
+        .contains("IOMMU group 99 also holds 0000:10:00.0 (gpu)"));
     assert!(left[2].0 == "0000:81:00.0" && left[2].1.starts_with("bound to nvidia"));
     // One slice, pool of one slice named after the node.
     assert_eq!(p.slices.len(), 1);
     let s = &p.slices[0].spec;
-    assert_eq!((s.pool.name.as_str(), s.pool.resource_slice_count), ("node-a", 1));
+    assert_eq!(
+        (s.pool.name.as_str(), s.pool.resource_slice_count),
+        ("node-a", 1)
+    );
     assert_eq!(p.slices[0].metadata.name, "node-a-gpu.vp2p.io-0");
 
     // With --bind the nvidia-bound GPU is published; its NUMA is unknown, so
@@ -196,7 +299,10 @@ fn json_has_the_resource_k8s_io_v1_shape() {
     assert_eq!(v["spec"]["pool"]["resourceSliceCount"], 1);
     assert_eq!(v["spec"]["nodeName"], "node-a");
     let a = &v["spec"]["devices"][0]["attributes"];
-    assert_eq!(a["resource.kubernetes.io/pciBusID"]["string"], "0000:03:00.0");
+    assert_eq!(
+        a["resource.kubernetes.io/pciBusID"]["string"],
+        "0000:03:00.0"
+    );
     assert_eq!(a["resource.kubernetes.io/numaNode"]["int"], 0);
     let back: ResourceSlice = serde_json::from_value(v).unwrap();
     assert_eq!(back, p.slices[0]);
@@ -258,8 +364,26 @@ fn flat(n: usize) -> Topology {
             device: 0,
             function: 0,
         };
-        t.add(rp, &hb, None, BRIDGE, Some(PciePortType::RootPort), Some(0), None, "pcieport");
-        t.add(ep, &hb, Some(rp), GPU, Some(PciePortType::Endpoint), Some(0), None, "vfio-pci");
+        t.add(
+            rp,
+            &hb,
+            None,
+            BRIDGE,
+            Some(PciePortType::RootPort),
+            Some(0),
+            None,
+            "pcieport",
+        );
+        t.add(
+            ep,
+            &hb,
+            Some(rp),
+            GPU,
+            Some(PciePortType::Endpoint),
+            Some(0),
+            None,
+            "vfio-pci",
+        );
     }
     t.done()
 }
@@ -271,7 +395,10 @@ fn a_pool_past_128_devices_is_split_and_counts_its_slices() {
     let p = build_slices(&t, &SliceOptions::new("big", DEFAULT_DRIVER, &sel)).unwrap();
     let sizes: Vec<usize> = p.slices.iter().map(|s| s.spec.devices.len()).collect();
     assert_eq!(sizes, [128, 72]);
-    assert!(p.slices.iter().all(|s| s.spec.pool.resource_slice_count == 2));
+    assert!(p
+        .slices
+        .iter()
+        .all(|s| s.spec.pool.resource_slice_count == 2));
     let names: BTreeSet<&str> = p.devices().map(|d| d.name.as_str()).collect();
     assert_eq!(names.len(), 200, "device names are unique in the pool");
     // No device at all: one slice without devices, so the pool is complete.
@@ -318,33 +445,93 @@ fn generated(bytes: &[u8]) -> (Topology, Vec<FmPartition>) {
         let root_bus = bus;
         bus += 1;
         for rp_i in 0..1 + next() % 3 {
-            let rp = Bdf { domain: 0, bus: root_bus, device: rp_i + 1, function: 0 };
-            t.add(rp, &hb, None, BRIDGE, Some(RootPort), numa, None, "pcieport");
+            let rp = Bdf {
+                domain: 0,
+                bus: root_bus,
+                device: rp_i + 1,
+                function: 0,
+            };
+            t.add(
+                rp,
+                &hb,
+                None,
+                BRIDGE,
+                Some(RootPort),
+                numa,
+                None,
+                "pcieport",
+            );
             let mut stack = vec![(rp, 0u8)];
             while let Some((parent, depth)) = stack.pop() {
                 let below = bus;
                 bus = bus.saturating_add(1);
                 let choice = next() % 5;
                 if depth < 2 && choice >= 3 {
-                    let up = Bdf { domain: 0, bus: below, device: 0, function: 0 };
-                    t.add(up, &hb, Some(parent), BRIDGE, Some(SwitchUpstream), numa, None, "pcieport");
+                    let up = Bdf {
+                        domain: 0,
+                        bus: below,
+                        device: 0,
+                        function: 0,
+                    };
+                    t.add(
+                        up,
+                        &hb,
+                        Some(parent),
+                        BRIDGE,
+                        Some(SwitchUpstream),
+                        numa,
+                        None,
+                        "pcieport",
+                    );
                     let inner = bus;
                     bus = bus.saturating_add(1);
                     for j in 0..1 + next() % 3 {
-                        let down = Bdf { domain: 0, bus: inner, device: j, function: 0 };
-                        t.add(down, &hb, Some(up), BRIDGE, Some(SwitchDownstream), numa, None, "pcieport");
+                        let down = Bdf {
+                            domain: 0,
+                            bus: inner,
+                            device: j,
+                            function: 0,
+                        };
+                        t.add(
+                            down,
+                            &hb,
+                            Some(up),
+                            BRIDGE,
+                            Some(SwitchDownstream),
+                            numa,
+                            None,
+                            "pcieport",
+                        );
                         stack.push((down, depth + 1));
                     }
                 } else {
                     let funcs = if choice == 2 { 2 } else { 1 };
                     let mut last_group = None;
                     for fnum in 0..funcs {
-                        let ep = Bdf { domain: 0, bus: below, device: 0, function: fnum };
+                        let ep = Bdf {
+                            domain: 0,
+                            bus: below,
+                            device: 0,
+                            function: fnum,
+                        };
                         let class = if next() % 3 == 0 { NIC } else { GPU };
                         let shared = next() % 8 == 0;
                         let group = if shared { last_group } else { None };
-                        let driver = if next() % 6 == 0 { "nvidia" } else { "vfio-pci" };
-                        t.add(ep, &hb, Some(parent), class, Some(Endpoint), numa, group, driver);
+                        let driver = if next() % 6 == 0 {
+                            "nvidia"
+                        } else {
+                            "vfio-pci"
+                        };
+                        t.add(
+                            ep,
+                            &hb,
+                            Some(parent),
+                            class,
+                            Some(Endpoint),
+                            numa,
+                            group,
+                            driver,
+                        );
                         let g = t.topo.functions.last().unwrap().iommu_group.unwrap();
                         last_group = Some(g);
                         endpoints.push((ep, class));
@@ -353,28 +540,48 @@ fn generated(bytes: &[u8]) -> (Topology, Vec<FmPartition>) {
             }
         }
     }
-    let gpus: Vec<Bdf> = endpoints.iter().filter(|(_, c)| *c == GPU).map(|(b, _)| *b).collect();
+    let gpus: Vec<Bdf> = endpoints
+        .iter()
+        .filter(|(_, c)| *c == GPU)
+        .map(|(b, _)| *b)
+        .collect();
     // NVLink: a complete set of the first few GPUs, or a chain (incomplete).
     let mode = next() % 3;
     let take = (next() as usize % 4).min(gpus.len());
     if mode == 1 && take >= 2 {
         for i in 0..take {
             for j in i + 1..take {
-                t.topo.nvlinks.push(NvLink { a: gpus[i], b: gpus[j], count: Some(18) });
+                t.topo.nvlinks.push(NvLink {
+                    a: gpus[i],
+                    b: gpus[j],
+                    count: Some(18),
+                });
             }
         }
     } else if mode == 2 && take >= 3 {
         for i in 0..take - 1 {
-            t.topo.nvlinks.push(NvLink { a: gpus[i], b: gpus[i + 1], count: Some(4) });
+            t.topo.nvlinks.push(NvLink {
+                a: gpus[i],
+                b: gpus[i + 1],
+                count: Some(4),
+            });
         }
     }
     // Partitions: all GPUs in one, and consecutive pairs.
     let mut parts = Vec::new();
     if next() % 2 == 0 && gpus.len() >= 2 {
-        parts.push(FmPartition { id: 0, active: false, gpus: gpus.clone() });
+        parts.push(FmPartition {
+            id: 0,
+            active: false,
+            gpus: gpus.clone(),
+        });
         for (i, pair) in gpus.chunks(2).enumerate() {
             if pair.len() == 2 {
-                parts.push(FmPartition { id: i as u32 + 1, active: false, gpus: pair.to_vec() });
+                parts.push(FmPartition {
+                    id: i as u32 + 1,
+                    active: false,
+                    gpus: pair.to_vec(),
+                });
             }
         }
     }

@@ -17,7 +17,16 @@ impl Publication {
             }
         };
         let header = [
-            "DEVICE", "KIND", "BUS ID", "PIX", "PXB", "PHB", "NODE", "NUMA", "GROUP", "NEAREST NIC",
+            "DEVICE",
+            "KIND",
+            "BUS ID",
+            "PIX",
+            "PXB",
+            "PHB",
+            "NODE",
+            "NUMA",
+            "GROUP",
+            "NEAREST NIC",
         ];
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
         for d in self.devices() {
