@@ -708,3 +708,72 @@ fn the_virtual_machine_asks_for_every_request_of_the_claim_template() {
         "every request of the claim is a device of the VM"
     );
 }
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error() {
+    let dir = tree_dir(TREES[0].name);
+    let root = dir.to_str().unwrap();
+    let out = run(
+        "p2p-host",
+        &[
+            "dra",
+            "slices",
+            "--node-name",
+            "Node_1",
+            "--sysfs-root",
+            root,
+        ],
+    );
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr
+            .contains("node name 'Node_1' is not a DNS subdomain"),
+        "{}",
+        out.stderr
+    );
+    let out = run(
+        "p2p-host",
+        &[
+            "dra",
+            "slices",
+            "--node-name",
+            "n1",
+            "--driver-name",
+            "gpu_vp2p",
+            "--sysfs-root",
+            root,
+        ],
+    );
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr
+            .contains("driver name 'gpu_vp2p' is not a DNS subdomain"),
+        "{}",
+        out.stderr
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = write(
+        tmp.path(),
+        "fmpm.json",
+        r#"{"partitionInfo": [{"partitionId": 4, "numGpus": 1, "gpuInfo": [{"pciBusId": "zz"}]}]}"#,
+    );
+    let out = run(
+        "p2p-host",
+        &[
+            "dra",
+            "slices",
+            "--node-name",
+            "n1",
+            "--sysfs-root",
+            root,
+            "--fm-partitions",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("fmpm.json") && out.stderr.contains("partition 4: pciBusId 'zz'"),
+        "{}",
+        out.stderr
+    );
+}
