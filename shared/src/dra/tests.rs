@@ -612,3 +612,36 @@ proptest! {
         prop_assert!(v.is_empty(), "{:#?}", v);
     }
 }
+
+#[test]
+fn nvlink_domains_are_given_only_to_fully_linked_sets() {
+    let sel = GpuSelector::Nvidia;
+    let mut t = hand_built();
+    t.nvlinks.push(NvLink {
+        a: b("03:00.0"),
+        b: b("04:00.0"),
+        count: Some(18),
+    });
+    let mut opts = SliceOptions::new("node-a", DEFAULT_DRIVER, &sel);
+    opts.bind = true;
+    let p = build_slices(&t, &opts).unwrap();
+    let domain = |p: &Publication, name: &str| {
+        let d = p.devices().find(|d| d.name == name).unwrap();
+        attr(p, d, "nvlinkDomain").cloned()
+    };
+    assert_eq!(domain(&p, "gpu-0000-03-00-0"), string("0000:03:00.0"));
+    assert_eq!(domain(&p, "gpu-0000-04-00-0"), string("0000:03:00.0"));
+    assert_eq!(domain(&p, "gpu-0000-81-00-0"), None);
+    assert!(p.notes.is_empty());
+    // 03 - 04 - 81 linked as a chain: 03 and 81 are not, so no domain, a note.
+    t.nvlinks.push(NvLink {
+        a: b("04:00.0"),
+        b: b("81:00.0"),
+        count: Some(4),
+    });
+    let p = build_slices(&t, &opts).unwrap();
+    assert_eq!(domain(&p, "gpu-0000-03-00-0"), None);
+    assert!(p.notes[0].contains("not fully connected"), "{:?}", p.notes);
+    let v = verify_cliques(&t, &p, None, 3);
+    assert!(v.is_empty(), "{v:#?}");
+}
