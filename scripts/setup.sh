@@ -9,6 +9,8 @@
 #   (for the QEMU 11.1 chroot), cpio;
 # - scripts/qemu/setup.sh: QEMU 11.1 from trixie-backports, a Debian cloud kernel,
 #   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
+# - kubernetes-validate 1.37.0 (PyPI; it bundles Kubernetes' OpenAPI schemas 1.25 to 1.37)
+#   in a venv under $VP2P_CACHE/kubernetes-validate, for the DRA manifests' schema check;
 # - NVIDIA's NVRTC (the PyPI wheel nvidia-cuda-nvrtc 13.0.88, the version on the GPU
 #   VMs) under $VP2P_CACHE/nvrtc, so the CUDA kernels are compiled in CI without a GPU.
 # Prints the shell line that puts NVRTC on the loader path (scripts/test.sh uses it).
@@ -28,6 +30,13 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 bash "$here/qemu/setup.sh" >/dev/null
+
+kv="$VP2P_CACHE/kubernetes-validate"
+if [ ! -x "$kv/bin/kubernetes-validate" ] || ! "$kv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx 1.37.0; then
+    log "installing kubernetes-validate 1.37.0 (PyPI) in $kv"
+    python3 -m venv "$kv"
+    "$kv/bin/pip" install -q "kubernetes-validate==1.37.0" >&2
+fi
 
 nvrtc="$VP2P_CACHE/nvrtc"
 lib="$nvrtc/nvidia/cu13/lib"

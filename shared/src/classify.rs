@@ -236,7 +236,7 @@ pub fn classify_functions(topo: &Topology, fa: &PciFunction, fb: &PciFunction) -
         let mut path = anc_a.clone();
         path.extend(anc_b.iter().rev());
         let (na, nb) = (topo.numa_of(a), topo.numa_of(b));
-        if na == nb {
+        if na.is_some() && na == nb {
             (PathClass::Node, PeerRoute::HostBridges, path)
         } else if na.is_none() || nb.is_none() {
             (PathClass::Sys, PeerRoute::UnknownNuma, path)

@@ -7,6 +7,7 @@ mod check;
 mod choose;
 mod device_plugin;
 mod domain;
+mod dra;
 mod inject;
 mod kubevirt;
 mod kubevirt_plugin;
@@ -57,6 +58,9 @@ enum Command {
     /// vfio-pci: registers the resource, reports health, answers
     /// GetPreferredAllocation with the chooser and Allocate with /dev/vfio.
     DevicePlugin(device_plugin::DevicePluginArgs),
+    /// Dynamic Resource Allocation: `dra slices` prints the ResourceSlices
+    /// (resource.k8s.io/v1) the vp2p DRA driver would publish for this node.
+    Dra(dra::DraArgs),
     /// Hooks for orchestrators: `kubevirt on-define-domain` patches the domain
     /// KubeVirt's virt-launcher defines (run by its sidecar-shim); `kubevirt
     /// plugin-hook` serves the same patch as a KubeVirt 1.9.0+ plugin hook.
@@ -96,6 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Apply(a) => apply::run(a),
         Command::Allocate(a) => allocate::run(a),
         Command::DevicePlugin(a) => device_plugin::run(a),
+        Command::Dra(a) => dra::run(a),
         Command::Kubevirt(a) => kubevirt::run(a),
         Command::Check(a) => check::run(a),
         Command::Inject(a) => inject::run(a),

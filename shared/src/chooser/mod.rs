@@ -484,6 +484,26 @@ fn device(topo: &Topology, bdf: Bdf, role: ChosenRole, reason: String) -> Chosen
     }
 }
 
+/// Whether the chooser lets GPUs `a` and `b` share a clique under `level`:
+/// NVLink-joined, in one Fabric Manager partition of `partitions`, or a PCIe
+/// class within the level. The relation the DRA clique attributes encode
+/// ([`crate::dra`]); the chooser's own pair matrix uses the same rule.
+pub fn pair_allowed(
+    topo: &Topology,
+    a: Bdf,
+    b: Bdf,
+    level: MaxLevel,
+    partitions: Option<&[FmPartition]>,
+) -> bool {
+    let (c, pcie) = pair_class(topo, a, b);
+    let rank = if score::same_partition(partitions, a, b) {
+        0
+    } else {
+        score::rank_of(c, pcie)
+    };
+    score::allows(rank, pcie, level)
+}
+
 /// The PCIe-or-NVLink class between two functions of `topo`.
 fn pair_class(topo: &Topology, a: Bdf, b: Bdf) -> (PathClass, PathClass) {
     match (topo.function(a), topo.function(b)) {

@@ -26,7 +26,20 @@ pub(super) struct Matrix {
     nics: Vec<Bdf>,
 }
 
-fn rank_of(class: PathClass, pcie: PathClass) -> u8 {
+/// Whether two GPUs sit in one Fabric Manager partition of the list.
+pub(super) fn same_partition(partitions: Option<&[FmPartition]>, a: Bdf, b: Bdf) -> bool {
+    partitions.is_some_and(|ps| {
+        ps.iter()
+            .any(|p| p.gpus.contains(&a) && p.gpus.contains(&b))
+    })
+}
+
+/// The policy on one pair: NVLink or one partition (rank 0), or PCIe within the level.
+pub(super) fn allows(rank: u8, pcie: PathClass, level: MaxLevel) -> bool {
+    rank == 0 || pcie.within(level.class())
+}
+
+pub(super) fn rank_of(class: PathClass, pcie: PathClass) -> u8 {
     match class {
         PathClass::Nv(_) => 0,
         _ => pcie.pcie_rank().map_or(5, |r| r + 1),
@@ -48,21 +61,15 @@ impl Matrix {
         let mut rank = vec![vec![0; n]; n];
         let mut class = vec![vec![PathClass::X; n]; n];
         let mut allowed = vec![vec![true; n]; n];
-        let same_part = |a: Bdf, b: Bdf| {
-            partitions.is_some_and(|ps| {
-                ps.iter()
-                    .any(|p| p.gpus.contains(&a) && p.gpus.contains(&b))
-            })
-        };
         for i in 0..n {
             for j in i + 1..n {
                 let (c, pcie) = pair_class(topo, gpus[i], gpus[j]);
-                let r = if same_part(gpus[i], gpus[j]) {
+                let r = if same_partition(partitions, gpus[i], gpus[j]) {
                     0
                 } else {
                     rank_of(c, pcie)
                 };
-                let ok = r == 0 || pcie.within(level.class());
+                let ok = allows(r, pcie, level);
                 rank[i][j] = r;
                 rank[j][i] = r;
                 class[i][j] = c;

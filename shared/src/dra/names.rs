@@ -1,0 +1,69 @@
+//! Kubernetes' name and value formats for what a ResourceSlice carries
+//! (k8s.io/apimachinery validation: `IsDNS1123Label`, `IsDNS1123Subdomain`,
+//! `IsCIdentifier`; limits from resource/v1 types.go, see [`super::api`]).
+
+use super::api::{MAX_DOMAIN, MAX_ID};
+
+/// A DNS label (RFC 1123): 1 to `max` lowercase letters, digits and `-`,
+/// starting and ending with a letter or digit.
+pub fn is_dns_label(s: &str, max: usize) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= max
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// A DNS subdomain (RFC 1123): labels joined by `.`, at most `max` characters.
+pub fn is_dns_subdomain(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && s.split('.').all(|l| is_dns_label(l, 63))
+}
+
+/// A C identifier of at most 32 characters: a letter or `_`, then letters,
+/// digits and `_`.
+pub fn is_c_identifier(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_ID
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// A qualified attribute name: `id`, or `domain/id` with a DNS-subdomain
+/// domain of at most 63 characters.
+pub fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        Some((domain, id)) => is_dns_subdomain(domain, MAX_DOMAIN) && is_c_identifier(id),
+        None => is_c_identifier(s),
+    }
+}
+
+/// The device name for a PCI address: `gpu-0000-41-00-0` (a DNS label).
+pub fn device_name(kind: &str, bdf: crate::Bdf) -> String {
+    format!("{kind}-{}", bdf.to_string().replace([':', '.'], "-"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rfc_1123_and_c_rules() {
+        assert!(is_dns_label("gpu-0000-41-00-0", 63));
+        assert!(!is_dns_label("-gpu", 63) && !is_dns_label("gpu-", 63));
+        assert!(!is_dns_label("Gpu", 63) && !is_dns_label("", 63));
+        assert!(is_dns_label(&"a".repeat(63), 63) && !is_dns_label(&"a".repeat(64), 63));
+        assert!(is_dns_subdomain("gpu.vp2p.io", 63));
+        assert!(!is_dns_subdomain("gpu..vp2p.io", 63) && !is_dns_subdomain("gpu.vp2p.io.", 63));
+        assert!(is_c_identifier("cliquePix") && is_c_identifier("_x1"));
+        assert!(!is_c_identifier("1x") && !is_c_identifier("a-b"));
+        assert!(is_c_identifier(&"a".repeat(32)) && !is_c_identifier(&"a".repeat(33)));
+        assert!(is_qualified_name("resource.kubernetes.io/pciBusID"));
+        assert!(is_qualified_name("kind"));
+        assert!(!is_qualified_name("Resource.io/x") && !is_qualified_name("a/b/c"));
+        let bdf = "0000:41:00.0".parse().unwrap();
+        assert_eq!(device_name("gpu", bdf), "gpu-0000-41-00-0");
+    }
+}
