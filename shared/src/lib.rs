@@ -13,6 +13,7 @@ pub mod classify;
 #[cfg(feature = "cli")]
 pub mod cli_assets;
 pub mod clique;
+pub mod excerpt;
 pub mod gpu;
 pub mod guest_layout;
 pub mod hex;
