@@ -1,7 +1,7 @@
 //! What an error may quote of untrusted text: a short prefix of a token, never
 //! the whole of it (a 50 MB attribute once went twice into one message), and
 //! an XML syntax error with the line where it is, the text's last line when the
-//! text ends early.
+//! text ends early; a JSON error with its depth named and its quotes short.
 
 use std::borrow::Cow;
 
@@ -80,6 +80,31 @@ pub fn xml_syntax(text: &str, e: &roxmltree::Error) -> XmlSyntax {
     XmlSyntax { line, why }
 }
 
+/// The nesting serde_json refuses past (its default recursion limit, which no
+/// reader of vp2p turns off).
+pub const JSON_DEPTH_MAX: usize = 128;
+
+/// `e`, a serde_json error, said short: a message past a few hundred bytes
+/// (serde quotes a wrong string value whole) is cut to a short prefix with the
+/// position kept, and the recursion limit is named with its depth.
+pub fn json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let at = format!(" at line {} column {}", e.line(), e.column());
+    let body = text.strip_suffix(&at).unwrap_or(&text);
+    let body = if body.starts_with("recursion limit exceeded") {
+        format!("nested deeper than {JSON_DEPTH_MAX} levels")
+    } else if body.len() > 4 * QUOTE_MAX {
+        short(body).into_owned()
+    } else {
+        body.to_string()
+    };
+    if e.line() == 0 {
+        body
+    } else {
+        format!("{body}{at}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +136,23 @@ mod tests {
         assert_eq!(s.line, 2);
         assert!(s.why.len() < 200, "{}", s.why.len());
         assert!(s.why.contains("(100000 bytes)"), "{}", s.why);
+    }
+
+    #[test]
+    fn json_errors_name_the_depth_and_stay_short() {
+        let deep = "[".repeat(100_000);
+        let e = serde_json::from_str::<serde_json::Value>(&deep).unwrap_err();
+        // serde_json stops at the 128th '[' (line 1, column 128).
+        assert_eq!(
+            json_error(&e),
+            "nested deeper than 128 levels at line 1 column 128"
+        );
+        let huge = format!("\"{}\"", "a".repeat(1 << 20));
+        let e = serde_json::from_str::<u32>(&huge).unwrap_err();
+        let m = json_error(&e);
+        assert!(
+            m.len() < 200 && m.ends_with("at line 1 column 1048578"),
+            "{m}"
+        );
     }
 }

@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod guest_layout;
 pub mod hex;
 pub mod iommu_groups;
+pub mod kernel_cmdline;
 pub mod nccl_rules;
 pub mod nccl_topo;
 pub mod pci;
