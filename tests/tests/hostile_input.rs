@@ -360,7 +360,7 @@ fn the_command_line_is_read_as_the_kernel_reads_it() {
     for (line, want) in [
         ("ro intel_iommu=on iommu=pt quiet", "pass"),
         (
-            "ro dyndbg=\"module vfio intel_iommu=on iommu=pt\" quiet",
+            "ro dyndbg=\"module vfio iommu=pt intel_iommu=on\" quiet",
             "warn",
         ),
         ("ro foo=\"bar iommu=pt", "warn"),
