@@ -128,8 +128,9 @@ seed_serve() {
     echo "serve: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
-# NCCL XML seeds: every NCCL topology file of the fixtures, the docs' examples
-# and the recorded runs (NCCL's own dumps among them), whole and cut in half.
+# NCCL XML seeds: every XML file holding a <system element under the fixtures,
+# the docs' examples and the recorded runs (NCCL's topology files and dumps; a
+# libvirt domain's smbios <system> matches too), whole and cut in half.
 seed_nccl_xml() {
     local corpus=$1 f work
     work=$(mktemp -d)

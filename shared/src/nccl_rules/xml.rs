@@ -398,10 +398,8 @@ mod tests {
             ("class", "class=\"0x030200\""),
             ("link_width", "link_width=\"16\""),
         ] {
-            let text = format!(
-                "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:00:06.0\" class=\"0x030200\" link_width=\"16\"/>\n</cpu>\n</system>"
-            )
-            .replace(at, &format!("{attr}=\"{huge}\""));
+            let text = "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:00:06.0\" class=\"0x030200\" link_width=\"16\"/>\n</cpu>\n</system>"
+                .replace(at, &format!("{attr}=\"{huge}\""));
             let e = parse(&text).unwrap_err();
             assert_eq!(e.line, 3, "{attr}");
             assert!(e.why.len() < 300, "{attr}: {} bytes", e.why.len());
