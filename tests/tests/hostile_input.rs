@@ -442,3 +442,56 @@ fn fm_partition_errors_say_what_the_file_should_hold() {
         r.stderr
     );
 }
+
+/// The typed JSON readers of files (`--nvlink` maps, `compare`'s bench
+/// reports): nesting in a typed field stops at the first wrong type, nesting
+/// in an ignored key is skipped by serde_json without recursion (10,000,000
+/// deep here), and a 10 MB string is quoted as a short prefix.
+#[test]
+fn json_files_nested_or_huge_are_refused_in_few_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let n = 10_000_000;
+    let files = [
+        write(
+            "typed.json",
+            format!("{{\"links\": {}", "[".repeat(100_000)),
+        ),
+        write(
+            "ignored.json",
+            format!("{{\"x\": {}{}}}", "[".repeat(n), "]".repeat(n)),
+        ),
+        write(
+            "huge.json",
+            format!("{{\"links\": \"{}\", \"schema\": 1}}", "a".repeat(n)),
+        ),
+    ];
+    let tree = fixture_dir("qemu-11.1-two-socket-iommu-on");
+    for f in &files {
+        let path = f.to_str().unwrap();
+        let name = f.file_name().unwrap().to_str().unwrap();
+        for r in [
+            run(
+                "p2p-host",
+                &[
+                    "plan",
+                    "--sysfs-root",
+                    tree.to_str().unwrap(),
+                    "--gpu-class",
+                    "0108",
+                    "--nvlink",
+                    path,
+                ],
+            ),
+            run("p2p-guest", &["compare", path, path]),
+        ] {
+            assert_eq!(r.code, Some(1), "{name}: {}", r.stderr);
+            assert!(r.stderr.contains(name), "{}", r.stderr);
+            assert!(r.stderr.len() < 1024, "{name}: {} bytes", r.stderr.len());
+        }
+    }
+}
