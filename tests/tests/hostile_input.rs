@@ -495,3 +495,45 @@ fn json_files_nested_or_huge_are_refused_in_few_words() {
         }
     }
 }
+
+/// A libvirt domain with a 1 MB element name went into the error whole; one
+/// cut short was placed at line 1. Now a short prefix, and the line where
+/// the text ends.
+#[test]
+fn domain_errors_quote_short_and_name_the_last_line() {
+    let src = std::fs::read_to_string(fixture_dir("domains").join("virt-manager-q35.xml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = fixture_dir("qemu-11.1-two-socket-iommu-on");
+    let patch = |name: &str, text: &str| {
+        let f = dir.path().join(name);
+        std::fs::write(&f, text).unwrap();
+        run(
+            "p2p-host",
+            &[
+                "plan",
+                "--sysfs-root",
+                tree.to_str().unwrap(),
+                "--patch-domain",
+                f.to_str().unwrap(),
+            ],
+        )
+    };
+    let huge = "a".repeat(1 << 20);
+    let r = patch(
+        "huge.xml",
+        &src.replacen("</devices>", &format!("</{huge}>"), 1),
+    );
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.len() < 1024, "{} bytes", r.stderr.len());
+    assert!(r.stderr.contains("(1048576 bytes)"), "{}", r.stderr);
+    // Cut inside <devices>: the line of the cut, counted by hand from the text.
+    let cut = &src[..src.find("</devices>").unwrap()];
+    let last = cut.trim_end().lines().count();
+    let r = patch("cut.xml", cut);
+    assert_eq!(r.code, Some(1));
+    assert!(
+        r.stderr.contains(&format!("not XML: line {last}: ")),
+        "{}",
+        r.stderr
+    );
+}
