@@ -7,6 +7,7 @@
 #   scripts/fuzz.sh overlay 600           # config bytes + guest reads and writes
 #   scripts/fuzz.sh serve 600             # one client per input against p2p-host serve
 #   scripts/fuzz.sh dma_windows 600       # serve vfio='s DMA windows under map/unmap sequences
+#   scripts/fuzz.sh nccl_xml 600          # NCCL topology files into the reader and NCCL's model
 #   scripts/fuzz.sh seed                  # only (re)write the seed corpora
 #   scripts/fuzz.sh walkers 60 -seed=1    # arguments after the seconds go to libFuzzer
 #
@@ -127,12 +128,28 @@ seed_serve() {
     echo "serve: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
+# NCCL XML seeds: every XML file holding a <system element under the fixtures,
+# the docs' examples and the recorded runs (NCCL's topology files and dumps; a
+# libvirt domain's smbios <system> matches too), whole and cut in half.
+seed_nccl_xml() {
+    local corpus=$1 f work
+    work=$(mktemp -d)
+    while IFS= read -r f; do
+        grep -q '<system' "$f" || continue
+        add_seed "$f" "$corpus" file
+        head -c $(($(stat -c %s "$f") / 2)) "$f" >"$work/cut" && add_seed "$work/cut" "$corpus" cut
+    done < <(find ${FUZZ_FIXTURES:-$root/tests/fixtures} "$root/docs/examples" "$root/docs/results" -name '*.xml' -type f)
+    rm -rf "$work"
+    echo "nccl_xml: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
 seed() {
-    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows"
+    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows" "$fuzz/corpus/nccl_xml"
     seed_walkers "$fuzz/corpus/walkers"
     seed_capability "$fuzz/corpus/capability"
     seed_overlay "$fuzz/corpus/overlay"
     seed_serve "$fuzz/corpus/serve"
+    seed_nccl_xml "$fuzz/corpus/nccl_xml"
 }
 
 case "$target" in
@@ -143,7 +160,8 @@ case "$target" in
     # The server lives for the whole run: its threads and buffers are no leak.
     serve) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
     dma_windows) max_len=2600 ;; # 100 DMA_MAP / DMA_UNMAP records of 26 bytes
-    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, seed)" >&2; exit 2 ;;
+    nccl_xml) max_len=8192 ;; # the recorded files are 0.2 to 2 KB
+    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, nccl_xml, seed)" >&2; exit 2 ;;
 esac
 
 ensure_cargo_fuzz

@@ -22,10 +22,17 @@ fn main() {
     }
 }
 
+/// Exit status when the chooser refuses the request (`allocate`, `plan --vm
+/// NAME=COUNT`): distinct from 2, a usage error clap reports, and from 1, a
+/// failure (an unreadable tree or file), so a script can tell "cannot be met"
+/// from "wrongly asked" and "broken".
+const REFUSED: i32 = 3;
+
 /// 78 (EX_CONFIG of sysexits.h) when a configuration file is missing or
 /// malformed, so a service manager can tell it from a failure worth a
-/// restart; 2 when the chooser refuses the request (unknown ids, too large,
-/// must-include not available, no clique with --strict); 1 otherwise.
+/// restart; [`REFUSED`] (3) when the chooser refuses the request (unknown
+/// ids, too large, must-include not available, no clique with --strict); 1
+/// otherwise. clap exits 2 on a usage error before any of this runs.
 fn exit_status(e: &anyhow::Error) -> i32 {
     if e.chain().any(|c| c.is::<p2p_host::serve::SpecFileError>()) {
         78
@@ -33,7 +40,7 @@ fn exit_status(e: &anyhow::Error) -> i32 {
         .chain()
         .any(|c| c.is::<p2p_shared::chooser::ChooseError>())
     {
-        2
+        REFUSED
     } else {
         1
     }

@@ -502,7 +502,7 @@ async fn policy_options_reach_preferred_allocation() {
             "--strict",
         ],
     );
-    assert_eq!(cli.code, Some(2), "{}", cli.stdout);
+    assert_eq!(cli.code, Some(3), "{}", cli.stdout);
     assert!(
         cli.stderr.contains(err.message()),
         "plugin: {} / allocate: {}",

@@ -24,13 +24,18 @@ pub struct CompareArgs {
 fn load(path: &PathBuf) -> anyhow::Result<BenchReport> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let r: BenchReport = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a bench report", path.display()))?;
+    let r: BenchReport = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a bench report: {}",
+            path.display(),
+            p2p_shared::excerpt::json_error(&e)
+        )
+    })?;
     if r.schema != BENCH_SCHEMA {
         anyhow::bail!(
             "{}: schema {:?}, expected {BENCH_SCHEMA}",
             path.display(),
-            r.schema
+            p2p_shared::excerpt::short(&r.schema)
         );
     }
     Ok(r)
