@@ -3,8 +3,8 @@
 //! than what a split on spaces suggests.
 //!
 //! The kernel's rules, from `next_arg` (lib/cmdline.c) and `parse_args`
-//! (kernel/params.c), read at torvalds/linux commit 0ea09083116d (the same
-//! text as tag v6.11), and Documentation/admin-guide/kernel-parameters.rst
+//! (kernel/params.c), read at torvalds/linux commit 0ea09083116d, and
+//! Documentation/admin-guide/kernel-parameters.rst
 //! (<https://github.com/torvalds/linux/blob/v6.11/Documentation/admin-guide/kernel-parameters.rst>):
 //! - Parameters are separated by white space outside double quotes; a `"`
 //!   anywhere in a parameter opens or closes a quoted stretch, and there is no
