@@ -65,6 +65,9 @@ fn render(svg: &str, what: &str) -> Rendered {
     let mut opt = resvg::usvg::Options::default();
     let font = std::fs::read(FONT).expect("DejaVu Sans reads");
     opt.fontdb_mut().load_font_data(font);
+    // plotters' chart in compare's picture asks for the generic family.
+    opt.fontdb_mut()
+        .set_sans_serif_family(p2p_shared::picture::font::FONT_FAMILY);
     let tree = resvg::usvg::Tree::from_str(svg, &opt)
         .unwrap_or_else(|e| panic!("{what}: usvg refuses it: {e}"));
     let size = tree.size().to_int_size();
@@ -82,17 +85,23 @@ fn render(svg: &str, what: &str) -> Rendered {
         .count();
     let mut texts = Vec::new();
     collect_texts(tree.root(), &mut texts);
-    Rendered {
-        texts,
-        inked,
-        png: pixmap.encode_png().expect("PNG encodes"),
+    let png = pixmap.encode_png().expect("PNG encodes");
+    // VP2P_PICTURES_PNG=DIR keeps every rendering, to look at.
+    if let Some(dir) = std::env::var_os("VP2P_PICTURES_PNG") {
+        let name: String = what
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        std::fs::write(Path::new(&dir).join(format!("{name}.png")), &png).unwrap();
     }
+    Rendered { texts, inked, png }
 }
 
 /// The checks every picture passes: renders, not blank, every text drawn,
 /// no two texts overlapping (beyond a hundredth of a pixel of rounding).
 fn check_picture(svg: &str, what: &str) -> Rendered {
     let r = render(svg, what);
+    assert!(r.png.starts_with(b"\x89PNG\r\n\x1a\n"), "{what}: no PNG");
     assert!(
         r.inked > 1000,
         "{what}: only {} pixels not white: blank",
@@ -115,13 +124,6 @@ fn check_picture(svg: &str, what: &str) -> Rendered {
                 && b.y + eps < a.y + a.h;
             assert!(!overlap, "{what}: texts overlap: {a:?} and {b:?}");
         }
-    }
-    if let Some(dir) = std::env::var_os("VP2P_PICTURES_PNG") {
-        let name: String = what
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        std::fs::write(Path::new(&dir).join(format!("{name}.png")), &r.png).unwrap();
     }
     r
 }
