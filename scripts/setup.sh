@@ -7,7 +7,7 @@
 # - Debian packages: QEMU 7.2 (contract and boot tests), libvirt's schema validator
 #   (virt-xml-validate + xmllint), pciutils (lspci -F in the inject test), debootstrap
 #   (for the QEMU 11.1 chroot), cpio, fonts-dejavu-core (DejaVu Sans, the font the pictures
-#   name and tests/tests/pictures.rs renders them with);
+#   name and tests/tests/pictures/ renders them with);
 # - scripts/qemu/setup.sh: QEMU 11.1 from trixie-backports, a Debian cloud kernel,
 #   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
 # - NVIDIA's NVRTC (the PyPI wheel nvidia-cuda-nvrtc 13.0.88, the version on the GPU
