@@ -11,6 +11,7 @@
 pub mod boxes;
 pub mod font;
 pub mod heatmap;
+mod labels;
 pub mod nvlink;
 pub mod plan;
 pub mod svg;

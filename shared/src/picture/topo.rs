@@ -7,11 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::boxes::{BoxNode, Flow};
+pub use super::labels::link_line;
+use super::labels::{acs_run, ats_run, joined, port_kind, port_name, product_name, vendor_name};
 use super::svg::{Line, Run, Style, INK};
 use crate::bdf::Bdf;
 use crate::pci::PciePortType;
-use crate::report::{AtsEntry, DeviceEntry, TopoReport};
-use crate::topology::{AcsState, PciFunction, Topology};
+use crate::report::{DeviceEntry, TopoReport};
+use crate::topology::{PciFunction, Topology};
 
 /// Body text size.
 pub const TEXT: f64 = 12.0;
@@ -53,162 +55,6 @@ pub struct Paint {
     pub devices: BTreeMap<Bdf, DevicePaint>,
     /// Grey out every GPU and NIC not in `devices` (a plan picture).
     pub grey_others: bool,
-}
-
-/// `vendor` as the PCI ID registry names it, for the few vendors vp2p
-/// meets (https://pci-ids.ucw.cz/, vendors 10de, 15b3, 8086, 1b36, 1af4).
-fn vendor_name(vendor: u16) -> Option<&'static str> {
-    Some(match vendor {
-        0x10de => "NVIDIA",
-        0x15b3 => "Mellanox",
-        0x8086 => "Intel",
-        0x1b36 | 0x1af4 => "Red Hat",
-        _ => return None,
-    })
-}
-
-/// Product names of devices in vp2p's captured trees, as the PCI ID
-/// registry names them (https://pci-ids.ucw.cz/read/PC/<vendor>/<device>).
-fn product_name(vendor: u16, device: u16) -> Option<&'static str> {
-    Some(match (vendor, device) {
-        (0x10de, 0x2335) => "H200 SXM 141GB",
-        (0x1b36, 0x0010) => "QEMU NVM Express Controller",
-        (0x8086, 0x10d3) => "82574L Gigabit Network Connection",
-        (0x1af4, 0x1048) => "Virtio 1.0 SCSI",
-        (0x1af4, 0x1004) => "Virtio SCSI",
-        _ => return None,
-    })
-}
-
-/// `32.0 GT/s PCIe` -> 32.0.
-fn gts(s: &Option<String>) -> Option<f64> {
-    s.as_deref()?.split_whitespace().next()?.parse().ok()
-}
-
-fn speed_text(v: f64) -> String {
-    format!("{v} GT/s")
-}
-
-fn min_known<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(if b < a { b } else { a }),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The function's link to the port above it, labelled with its trained
-/// width and speed; the width in red when it trained narrower than both
-/// ends can do, the speed in amber when slower (normal for an idle link).
-/// None when sysfs gave no link. The bool says the width is narrowed.
-pub fn link_line(topo: &Topology, f: &PciFunction, ink: &str) -> Option<(Line, bool)> {
-    let cur_w = f.link.current_width.filter(|w| *w > 0);
-    let cur_s = gts(&f.link.current_speed);
-    if cur_w.is_none() && cur_s.is_none() {
-        return None;
-    }
-    let upper = f.parent.and_then(|p| topo.function(p)).filter(|p| {
-        matches!(
-            p.pcie_port_type,
-            Some(PciePortType::RootPort | PciePortType::SwitchDownstream)
-        )
-    });
-    let cap_w = min_known(
-        f.link.max_width.filter(|w| *w > 0),
-        upper.and_then(|u| u.link.max_width.filter(|w| *w > 0)),
-    );
-    let cap_s = min_known(
-        gts(&f.link.max_speed),
-        upper.and_then(|u| gts(&u.link.max_speed)),
-    );
-    let mut runs = vec![Run::new("link ", ink)];
-    let mut narrowed = false;
-    if let Some(w) = cur_w {
-        match cap_w.filter(|c| w < *c) {
-            Some(c) => {
-                narrowed = true;
-                runs.push(Run::new(format!("x{w} of x{c}, narrowed"), RED));
-            }
-            None => runs.push(Run::new(format!("x{w}"), ink)),
-        }
-    }
-    if let Some(s) = cur_s {
-        let sep = if cur_w.is_some() { " " } else { "" };
-        match cap_s.filter(|c| s < *c) {
-            Some(c) => runs.push(Run::new(
-                format!("{sep}{} of {}", speed_text(s), speed_text(c)),
-                AMBER,
-            )),
-            None => runs.push(Run::new(format!("{sep}{}", speed_text(s)), ink)),
-        }
-    }
-    Some((Line { runs, size: TEXT }, narrowed))
-}
-
-fn port_name(f: &PciFunction) -> &'static str {
-    match f.pcie_port_type {
-        Some(PciePortType::RootPort) => "root port",
-        Some(PciePortType::SwitchUpstream) => "switch upstream",
-        Some(PciePortType::SwitchDownstream) => "switch downstream",
-        Some(PciePortType::PcieToPciBridge) => "PCIe-to-PCI bridge",
-        Some(PciePortType::PciToPcieBridge) => "PCI-to-PCIe bridge",
-        _ => "bridge",
-    }
-}
-
-fn port_kind(f: &PciFunction) -> &'static str {
-    match f.pcie_port_type {
-        Some(PciePortType::RootPort) => "root-port",
-        Some(PciePortType::SwitchUpstream) => "switch-upstream",
-        Some(PciePortType::SwitchDownstream) => "switch-downstream",
-        _ => "bridge",
-    }
-}
-
-/// `ACS redirect on, DT off`: P2P Request Redirect and, where the port can
-/// do it, Direct Translated P2P, as `check` reads them.
-fn acs_run(acs: &AcsState) -> Option<Run> {
-    match acs {
-        AcsState::Present(a) => {
-            let on = |b: bool| if b { "on" } else { "off" };
-            let mut t = format!("ACS redirect {}", on(a.control.request_redirect));
-            if a.capability.direct_translated {
-                t.push_str(&format!(", DT {}", on(a.control.direct_translated)));
-            }
-            let colour = if a.control.request_redirect && !a.control.direct_translated {
-                AMBER
-            } else {
-                INK
-            };
-            Some(Run::new(t, colour))
-        }
-        AcsState::Absent => Some(Run::new("no ACS", INK)),
-        AcsState::Unknown { .. } => Some(Run::new("ACS unread", AMBER)),
-        AcsState::NotRead => None,
-    }
-}
-
-fn ats_run(ats: AtsEntry) -> Option<Run> {
-    match ats {
-        AtsEntry::Enabled => Some(Run::new("ATS on", INK)),
-        AtsEntry::Disabled => Some(Run::new("ATS off", AMBER)),
-        AtsEntry::Absent => Some(Run::new("no ATS", INK)),
-        AtsEntry::Unknown => None,
-    }
-}
-
-/// Runs joined with ` · ` into one line; None when there are none.
-fn joined(runs: Vec<Run>) -> Option<Line> {
-    let mut out = Vec::new();
-    for r in runs {
-        if !out.is_empty() {
-            out.push(Run::new(" · ", INK));
-        }
-        out.push(r);
-    }
-    (!out.is_empty()).then_some(Line {
-        runs: out,
-        size: TEXT,
-    })
 }
 
 /// What the tree draws: the report's devices and the bridges above them.
