@@ -24,6 +24,7 @@ pub mod nccl_rules;
 pub mod nccl_topo;
 pub mod pci;
 pub mod pcie_cost;
+pub mod picture;
 pub mod report;
 pub mod select;
 pub mod size;
