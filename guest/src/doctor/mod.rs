@@ -143,6 +143,8 @@ pub struct Measured {
     pub ce_bi_gbps: Option<f64>,
     /// One-way latency (ping-pong), microseconds, the slower direction.
     pub latency_us: Option<f64>,
+    /// Whether the bench ran the pair with peer access on (a->b), when it says.
+    pub peer_access: Option<bool>,
     /// Every measurement's bytes arrived (the bench verifies each copy).
     pub verified: bool,
 }
@@ -459,10 +461,11 @@ fn summary(
         }
         Verdict::Slow => (
             format!("{n} of {} pair(s) SLOW; {}-{}: {first_reason}", pairs.len(), p.a, p.b),
-            p.ask_host.first().map_or_else(
-                || "rerun with --host-plan FILE (`p2p-host plan --json` on the host) to name the host route".into(),
-                |a| format!("ask the host operator: {a}"),
-            ),
+            match (p.ask_host.first(), p.likely_causes.first()) {
+                (Some(a), _) => format!("ask the host operator: {a}"),
+                (None, Some(c)) => format!("see to the likely cause: {c}"),
+                (None, None) => "rerun with --host-plan FILE (`p2p-host plan --json` on the host) to name the host route".into(),
+            },
         ),
         Verdict::Broken => (
             format!("{n} of {} pair(s) BROKEN; {}-{}: {first_reason}", pairs.len(), p.a, p.b),

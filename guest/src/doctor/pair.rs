@@ -193,8 +193,14 @@ fn measured(bench: &BenchReport, (ia, ib): (usize, usize)) -> Option<Measured> {
         .into_iter()
         .flatten()
         .chain(lat.iter().copied());
+    let peer_access = bench
+        .pairs
+        .iter()
+        .find(|p| p.src.0 == ia && p.dst.0 == ib)
+        .map(|p| p.peer_access);
     Some(Measured {
         bytes,
+        peer_access,
         ce_a_to_b_gbps: ab.map(|f| f.0),
         ce_b_to_a_gbps: ba.map(|f| f.0),
         ce_bi_gbps: bi.map(|f| f.0),
@@ -333,6 +339,9 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
                 ""
             }
         )),
+        (decide::Verdict::Unknown, None) => fine.push(format!(
+            "not judged: {why}; whether P2P is on needs the driver's answer (CUDA) and NVLink needs NVML"
+        )),
         (_, Some(_)) => fine.push(format!("P2P allowed by the driver ({why})")),
         (_, None) => fine.push(format!(
             "P2P {} per the capability ({why}); the driver's answer needs CUDA",
@@ -351,6 +360,9 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
         )),
         None => {}
     }
+    let peer_off = measured
+        .as_ref()
+        .is_some_and(|m| m.peer_access == Some(false));
     if measured.as_ref().is_some_and(|m| !m.verified) {
         broken.push("a bench copy between the pair did not arrive whole".into());
     }
@@ -360,7 +372,7 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
                 .into(),
         ),
         Some((_, Some(m))) => broken.push(format!("NCCL and the driver disagree: {m}")),
-        Some((t, None)) => fine.push(format!("NCCL uses {t}, as the driver's answer allows")),
+        Some((t, None)) => fine.push(format!("NCCL uses {t}, in line with the driver's answer")),
         None => {}
     }
     let mut causes = Vec::new();
@@ -405,8 +417,11 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
         }
     }
     if !slow.is_empty() {
+        if peer_off && allowed {
+            causes.push("the bench copies ran with peer access off (`bench --peer-access off`, or the decision kept it off): through host memory".into());
+        }
         let host = inputs.host_routes.as_ref().and_then(|h| h.route(a, b));
-        if d.nvlinks.is_some() {
+        if d.nvlinks.is_some() && !peer_off {
             causes.push(
                 "NVLink below its rate: links down or degraded, or the GPUs' clocks held low"
                     .into(),
