@@ -43,7 +43,7 @@ pub struct DoctorArgs {
     /// sysfs tree to read (the live /sys, or a captured tree).
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs_root: PathBuf,
-    /// No progress lines on stderr.
+    /// Nothing on stderr but errors (no progress bar, no notes).
     #[arg(long)]
     no_progress: bool,
     /// Judge a recorded `p2p-guest probe --json` (with --verify) instead of
@@ -56,6 +56,17 @@ pub struct DoctorArgs {
     /// With --recorded-probe: a recorded `p2p-guest nccl-topo explain --json`.
     #[arg(long, value_name = "FILE", hide = true, requires = "recorded_probe")]
     recorded_explain: Option<PathBuf>,
+}
+
+/// `--no-progress`: nothing on stderr but errors (the bench's notes stay in
+/// its report).
+struct Quiet;
+
+impl p2p_guest::bench::Progress for Quiet {
+    fn start(&self, _: u64) {}
+    fn step(&self, _: &str) {}
+    fn note(&self, _: &str) {}
+    fn finish(&self) {}
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(file: &Path, what: &str) -> anyhow::Result<T> {
@@ -136,6 +147,9 @@ fn go(args: DoctorArgs) -> anyhow::Result<i32> {
                 (ByteSize(256 << 20), 5, ByteSize(4 << 20))
             };
             let bar = super::bench::Bar::new(!args.no_progress);
+            let quiet = Quiet;
+            let progress: &dyn p2p_guest::bench::Progress =
+                if args.no_progress { &quiet } else { &bar };
             let opts = live::LiveOptions {
                 sysfs_root: args.sysfs_root.clone(),
                 explain: ExplainInputs {
@@ -151,7 +165,7 @@ fn go(args: DoctorArgs) -> anyhow::Result<i32> {
                 host_routes,
                 baseline,
             };
-            live::gather(opts, &bar)
+            live::gather(opts, progress)
                 .with_context(|| format!("reading the GPUs of {}", args.sysfs_root.display()))?
         }
     };
