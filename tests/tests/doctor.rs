@@ -331,3 +331,63 @@ fn without_cuda_the_checked_part_gives_the_verdict() {
     assert_eq!(r.code, Some(3), "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("no NVIDIA GPU"), "{}", r.stdout);
 }
+
+/// `--host-plan`: the host's route names the likely cause of a SLOW PCIe
+/// pair. No GPU VM with a host plan was recorded, so the inputs are the
+/// recorded 2x H200 reports with the GPUs moved to the guest addresses of
+/// the recorded plan tests/fixtures/host-plans/pcie-costs-mirror.json
+/// (23:00.0 on node 0; 31:00.0, host 81:00.0, on node 1: route `sockets`) and their
+/// NVLink removed; the figures stay the recorded ones (37.65 GB/s against
+/// the baseline's 394.88). The cause and the request to the host operator
+/// are pcie_cost::route_cost's for `sockets`.
+#[test]
+fn host_plan_route_names_the_cause_of_a_slow_pcie_pair() {
+    let moved = |text: String| {
+        text.replace("0000:00:06.0", "0000:23:00.0")
+            .replace("0000:00:07.0", "0000:31:00.0")
+    };
+    let mut probe: ProbeReport =
+        serde_json::from_str(&moved(text("h200x2-2026-11-24/probe-verify.json"))).unwrap();
+    probe.pairs[0].nvlinks = None;
+    probe.pairs[0].reasons = vec!["both in clique 0".into()];
+    for g in &mut probe.gpus {
+        g.nvlink = None;
+    }
+    let bench_of = |rel: &str| -> BenchReport { serde_json::from_str(&moved(text(rel))).unwrap() };
+    let plan = fixture_dir("host-plans").join("pcie-costs-mirror.json");
+    let routes = p2p_guest::bench::host_plan::HostRoutes::load(&plan, None).unwrap();
+    let r = diagnose(&Inputs {
+        probe,
+        bench: Some(bench_of("h200x2-2026-11-22/bench-nop2p.json")),
+        bench_missing: None,
+        explain: None,
+        explain_missing: None,
+        host_routes: Some(routes),
+        baseline: Some((
+            "bench-p2p.json".into(),
+            bench_of("h200x2-2026-11-22/bench-p2p.json"),
+        )),
+        sources: vec!["recorded, addresses moved".into()],
+    });
+    assert_eq!(r.verdict, Verdict::Slow, "{r:#?}");
+    let p = &r.pairs[0];
+    assert_eq!(p.route, "pcie-sockets");
+    assert!(
+        p.likely_causes
+            .iter()
+            .any(|c| c.contains("between sockets")),
+        "{:?}",
+        p.likely_causes
+    );
+    assert!(
+        p.ask_host.iter().any(|a| a.contains("one socket")),
+        "{:?}",
+        p.ask_host
+    );
+    assert!(
+        r.next_step.starts_with("ask the host operator: "),
+        "{}",
+        r.next_step
+    );
+    doc(&r);
+}
