@@ -251,7 +251,8 @@ fn cli_exit_codes_on_recorded_inputs() {
     assert_eq!(run("p2p-guest", &["probe", "--no-such"]).code, Some(2));
 }
 
-/// Without CUDA (this machine has no NVIDIA driver), on the captured QEMU
+/// Without CUDA (`--no-driver`, as on a VM without the driver; the tree
+/// without GPUs below runs the live path, whose driver is missing here), on the captured QEMU
 /// guest of six GPUs: cliques 0/0/0/1/2/2 (config space), 23:00.0 and
 /// 24:00.0 under switch sw0, 25:00.0 on a root port of another expander
 /// bridge. What can be checked is the capability and NCCL's rules: NCCL's
@@ -267,6 +268,7 @@ fn without_cuda_the_checked_part_gives_the_verdict() {
         &[
             "doctor",
             "--json",
+            "--no-driver",
             "--no-progress",
             "--sysfs-root",
             tree.to_str().unwrap(),

@@ -43,6 +43,10 @@ pub struct DoctorArgs {
     /// sysfs tree to read (the live /sys, or a captured tree).
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs_root: PathBuf,
+    /// Do not load CUDA or NVML: judge the capability, the cliques and
+    /// NCCL's rules only (what a VM without the driver gives anyway).
+    #[arg(long)]
+    no_driver: bool,
     /// Nothing on stderr but errors (no progress bar, no notes).
     #[arg(long)]
     no_progress: bool,
@@ -152,6 +156,7 @@ fn go(args: DoctorArgs) -> anyhow::Result<i32> {
                 if args.no_progress { &quiet } else { &bar };
             let opts = live::LiveOptions {
                 sysfs_root: args.sysfs_root.clone(),
+                use_driver: !args.no_driver,
                 explain: ExplainInputs {
                     sysfs_root: args.sysfs_root.clone(),
                     file: None,

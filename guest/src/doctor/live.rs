@@ -23,6 +23,8 @@ use crate::verify::{self, VerifyCheck};
 pub struct LiveOptions {
     /// The guest's sysfs.
     pub sysfs_root: PathBuf,
+    /// Ask CUDA and NVML (off: sysfs facts and NCCL's rules only).
+    pub use_driver: bool,
     /// Where explain reads the rest (file, cpuinfo, environment).
     pub explain: ExplainInputs,
     /// Bytes per bench copy.
@@ -85,7 +87,12 @@ fn verify_all(report: &probe::report::ProbeReport, cuda: &Cuda, bytes: usize) ->
 /// fails are recorded in [`Inputs`] as what could not be checked.
 pub fn gather(opts: LiveOptions, progress: &dyn Progress) -> Result<Inputs, ProbeError> {
     progress.note("doctor: probing the GPUs");
-    let (mut report, cuda) = probe::probe(&opts.sysfs_root, &ProbeOptions { use_driver: true })?;
+    let (mut report, cuda) = probe::probe(
+        &opts.sysfs_root,
+        &ProbeOptions {
+            use_driver: opts.use_driver,
+        },
+    )?;
     let mut sources = vec![format!("live: {}", opts.sysfs_root.display())];
     if let Some(c) = &cuda {
         if !report.gpus.is_empty() {

@@ -312,7 +312,7 @@ pub fn diagnose(inputs: &Inputs) -> DoctorReport {
     }
     if probe.nvml.is_none() {
         checked.push("NVLink (NVML)".into());
-    } else if cuda {
+    } else {
         not_checked.push(NotChecked {
             what: "NVLink".into(),
             needs: format!("NVML: {}", probe.nvml.as_deref().unwrap_or("")),
