@@ -393,3 +393,31 @@ fn host_plan_route_names_the_cause_of_a_slow_pcie_pair() {
     );
     doc(&r);
 }
+
+/// P2P off by design is OK, whatever the staged copy moves: the recorded
+/// probe changed to two GPUs in different cliques without NVLink (decision
+/// disable, the driver refusing both ways), the recorded peer-access-off
+/// bench (37.65 GB/s) against the P2P baseline (0.10): OK, the ratio shown
+/// but not held against the pair.
+#[test]
+fn p2p_off_between_cliques_is_ok_by_design() {
+    let mut probe: ProbeReport = recorded_probe("h200x2-2026-11-24/probe-verify.json");
+    let pair = &mut probe.pairs[0];
+    pair.verdict = p2p_guest::decide::Verdict::Disable;
+    pair.nvlinks = None;
+    pair.reasons = vec!["cliques differ (0 vs 1)".into()];
+    let answers = pair.cuda.as_mut().unwrap();
+    answers[0].can_access = false;
+    answers[1].can_access = false;
+    probe.verify.clear();
+    let r = diagnose(&inputs(
+        probe,
+        "h200x2-2026-11-22/bench-nop2p.json",
+        None,
+        Some("h200x2-2026-11-22/bench-p2p.json"),
+    ));
+    assert_eq!(r.verdict, Verdict::Ok, "{r:#?}");
+    let p = &r.pairs[0];
+    assert!(p.reasons[0].contains("off by design"), "{:?}", p.reasons);
+    assert!((p.ratio.unwrap() - 37.65 / 394.88).abs() < 0.001);
+}
