@@ -5,6 +5,7 @@
 //! implementation of the capability codec, the config-space walkers, the
 //! topology model and the path classification.
 
+pub mod bare_metal;
 pub mod bdf;
 pub mod capability;
 pub mod check;
