@@ -38,7 +38,13 @@ use p2p_host::serve::BarMemory;
 use serve_common::{Raw, H200};
 
 const GPUS: usize = 64;
-const SESSIONS: usize = 10_000;
+/// Sessions per phase; `SERVE_LOAD_SESSIONS` sets another number (a quick look).
+fn sessions() -> usize {
+    std::env::var("SERVE_LOAD_SESSIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000)
+}
 const WARM_UP: usize = 100;
 const DMA_IOVA: u64 = 0x1_0000_0000;
 const DMA_SIZE: u64 = 2 << 20;
@@ -208,9 +214,55 @@ fn print_timings(name: &str, t: &mut Timings, wall: Duration) {
 
 fn print_usage(label: &str, u: Usage) {
     println!(
-        "  {:<44} VmRSS {:>7} KiB   fds {:>5}   threads {:>4}",
+        "  {:<66} VmRSS {:>7} KiB   fds {:>5}   threads {:>4}",
         label, u.rss_kib, u.fds, u.threads
     );
+}
+
+/// `total` sessions by one client per socket, all at once; the server's
+/// usage sampled every 20 ms, the highest kept.
+fn concurrent(
+    sockets: &[PathBuf],
+    ram: &Arc<BarMemory>,
+    total: usize,
+    busy: &Arc<AtomicU64>,
+    pid: u32,
+) -> (Timings, Duration, Usage) {
+    let peak = Arc::new(std::sync::Mutex::new(usage(pid)));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, stop) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let u = usage(pid);
+                let mut p = peak.lock().unwrap();
+                if u.rss_kib > p.rss_kib || u.fds > p.fds {
+                    *p = u;
+                }
+                drop(p);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let t0 = Instant::now();
+    let workers: Vec<_> = sockets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let (s, ram, busy) = (s.clone(), ram.clone(), busy.clone());
+            let n = total / sockets.len() + usize::from(i < total % sockets.len());
+            std::thread::spawn(move || run_sessions(&s, &ram, n, &busy))
+        })
+        .collect();
+    let mut t = Timings::default();
+    for w in workers {
+        t.merge(w.join().expect("a client thread"));
+    }
+    let wall = t0.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    sampler.join().unwrap();
+    let peak = *peak.lock().unwrap();
+    (t, wall, peak)
 }
 
 /// Starts `p2p-host serve` with 64 copies of the H200; waits for its ready line.
@@ -256,7 +308,8 @@ fn main() {
     let ram = BarMemory::new("guest-ram", DMA_SIZE).expect("memfd");
     let (mut child, sockets) = start(&h200, dir.path());
     let pid = child.id();
-    let busy = AtomicU64::new(0);
+    let busy = Arc::new(AtomicU64::new(0));
+    let ram = Arc::new(ram);
     println!(
         "p2p-host serve (captured H200, BAR2 at 256 MiB), {GPUS} GPUs on {GPUS} sockets, pid {pid}"
     );
@@ -265,68 +318,49 @@ fn main() {
     print_usage("started, no client yet", cold);
 
     run_sessions(&sockets[0], &ram, WARM_UP, &busy);
+    concurrent(&sockets, &ram, GPUS * 10, &busy, pid);
     std::thread::sleep(Duration::from_millis(200));
     let base = usage(pid);
-    print_usage(&format!("after {WARM_UP} warm-up sessions (the start)"), base);
+    print_usage(
+        &format!(
+            "after warm-up: {WARM_UP} sessions, then {} by {GPUS} at once (the start)",
+            GPUS * 10
+        ),
+        base,
+    );
 
     // Sequential: one client after another on gpu0; usage sampled half way.
+    let total = sessions();
     let t0 = Instant::now();
-    let mut seq = run_sessions(&sockets[0], &ram, SESSIONS / 2, &busy);
+    let mut seq = run_sessions(&sockets[0], &ram, total / 2, &busy);
     let mid = usage(pid);
-    seq.merge(run_sessions(&sockets[0], &ram, SESSIONS - SESSIONS / 2, &busy));
+    seq.merge(run_sessions(&sockets[0], &ram, total - total / 2, &busy));
     let seq_wall = t0.elapsed();
     std::thread::sleep(Duration::from_millis(200));
     let after_seq = usage(pid);
-    print_usage("during the sequential phase (session 5,000)", mid);
-    print_usage("after 10,000 sequential sessions", after_seq);
+    print_usage(&format!("during the sequential phase (session {})", total / 2), mid);
+    print_usage(&format!("after {total} sequential sessions"), after_seq);
 
-    // Concurrent: 64 clients at once, one per socket.
-    let peak = Arc::new(std::sync::Mutex::new(None::<Usage>));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (peak, stop) = (peak.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::SeqCst) {
-                let u = usage(pid);
-                let mut p = peak.lock().unwrap();
-                if p.is_none_or(|p| u.rss_kib > p.rss_kib || u.fds > p.fds) {
-                    *p = Some(u);
-                }
-                drop(p);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
-    let t0 = Instant::now();
-    let ram = Arc::new(ram);
-    let busy = Arc::new(busy);
-    let workers: Vec<_> = sockets
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let (s, ram, busy) = (s.clone(), ram.clone(), busy.clone());
-            let n = SESSIONS / GPUS + usize::from(i < SESSIONS % GPUS);
-            std::thread::spawn(move || run_sessions(&s, &ram, n, &busy))
-        })
-        .collect();
-    let mut conc = Timings::default();
-    for w in workers {
-        conc.merge(w.join().expect("a client thread"));
-    }
-    let conc_wall = t0.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    sampler.join().unwrap();
+    // Concurrent: 64 clients at once, one per socket, twice: the second
+    // round shows whether anything the first one left keeps growing.
+    let (mut conc, conc_wall, peak) = concurrent(&sockets, &ram, total, &busy, pid);
     std::thread::sleep(Duration::from_millis(200));
     let after_conc = usage(pid);
-    if let Some(p) = *peak.lock().unwrap() {
-        print_usage("during the concurrent phase (highest seen)", p);
-    }
-    print_usage("after 10,000 sessions by 64 clients at once", after_conc);
+    print_usage("during the concurrent phase (highest seen)", peak);
+    print_usage(
+        &format!("after {total} sessions by {GPUS} clients at once"),
+        after_conc,
+    );
+    let (_, _, peak2) = concurrent(&sockets, &ram, total, &busy, pid);
+    std::thread::sleep(Duration::from_millis(200));
+    let after_conc2 = usage(pid);
+    print_usage("during a second concurrent round (highest seen)", peak2);
+    print_usage("after the second concurrent round", after_conc2);
     println!(
         "  back to the start: VmRSS {:+} KiB, fds {:+}, threads {:+}",
-        after_conc.rss_kib as i64 - base.rss_kib as i64,
-        after_conc.fds as i64 - base.fds as i64,
-        after_conc.threads as i64 - base.threads as i64
+        after_conc2.rss_kib as i64 - base.rss_kib as i64,
+        after_conc2.fds as i64 - base.fds as i64,
+        after_conc2.threads as i64 - base.threads as i64
     );
     println!(
         "clients refused with EBUSY and retried (the previous session still ending): {}",

@@ -352,6 +352,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(sig) = signals.forever().next() {
         eprintln!("p2p-host serve: signal {sig}: stopping and removing the sockets");
     }
+    // All are asked to stop first, then each is waited for: they stop together.
+    for h in &mut handles {
+        h.stop();
+    }
     for h in handles {
         h.shutdown();
     }

@@ -524,11 +524,14 @@ impl ServeHandle {
         self.stop_now();
     }
 
-    fn stop_now(&mut self) {
-        if self.threads.is_empty() {
+    /// Asks the server to stop without waiting for it: the client is
+    /// disconnected, the listener woken, the socket removed. Many servers
+    /// stop together when each is asked first and then [`ServeHandle::shutdown`]
+    /// waits for each.
+    pub fn stop(&mut self) {
+        if self.threads.is_empty() || self.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.stop.store(true, Ordering::SeqCst);
         if let Ok(mut s) = self.session.lock() {
             if let Some(c) = s.take() {
                 let _ = c.shutdown(std::net::Shutdown::Both);
@@ -540,6 +543,10 @@ impl ServeHandle {
         let _ = self.wake.write(1);
         // Gone before the threads are waited for: no new client finds it.
         remove_if_ours(&self.socket, self.inode);
+    }
+
+    fn stop_now(&mut self) {
+        self.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
