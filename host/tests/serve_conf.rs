@@ -124,7 +124,11 @@ fn a_socket_path_a_unix_address_cannot_hold_is_refused_at_start_naming_its_line(
         err.contains("is 108 bytes; a unix socket address holds at most 107"),
         "{err}"
     );
-    assert!(leftovers(dir.path()).is_empty(), "{:?}", leftovers(dir.path()));
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
 }
 
 /// Waits for the ready line; returns what stderr said up to it.
@@ -153,10 +157,7 @@ fn ready(child: &mut Child) -> String {
 /// SIGTERM, then how long until the process has exited, and its code.
 fn sigterm(child: &mut Child) -> (Option<i32>, Duration) {
     // SAFETY: kill(2) on our own child, not yet reaped.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) },
-        0
-    );
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -182,7 +183,12 @@ fn sigterm_with_an_idle_client_connected_exits_0_within_a_second_leaving_no_sock
     let text: String = sockets
         .iter()
         .enumerate()
-        .map(|(i, s)| format!("socket={},config={config},clique={i},max-bar=256M\n", s.display()))
+        .map(|(i, s)| {
+            format!(
+                "socket={},config={config},clique={i},max-bar=256M\n",
+                s.display()
+            )
+        })
         .collect();
     let c = conf(dir.path(), &text);
     let mut child = command(&["--gpus-from", c.to_str().unwrap()])
@@ -198,7 +204,11 @@ fn sigterm_with_an_idle_client_connected_exits_0_within_a_second_leaving_no_sock
     let (code, took) = sigterm(&mut child);
     assert_eq!(code, Some(0));
     assert!(took < Duration::from_secs(1), "exit took {took:?}");
-    assert!(leftovers(dir.path()).is_empty(), "{:?}", leftovers(dir.path()));
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
     // The client sees its connection end.
     assert!(idle.recv().is_none());
 }
@@ -244,15 +254,24 @@ fn refused_with_78(lines: &str, want: &str) {
     let dir = tempfile::tempdir().unwrap();
     let text = lines
         .replace("{config}", &h200.config().display().to_string())
-        .replace("{sock}", &dir.path().join("gpu0.sock").display().to_string())
-        .replace("{sock1}", &dir.path().join("gpu1.sock").display().to_string())
+        .replace(
+            "{sock}",
+            &dir.path().join("gpu0.sock").display().to_string(),
+        )
+        .replace(
+            "{sock1}",
+            &dir.path().join("gpu1.sock").display().to_string(),
+        )
         .replace("{dir}", &dir.path().display().to_string());
     let c = conf(dir.path(), &text);
     let (code, err, _) = serve_conf(&c);
     let want = want
         .replace("CONF", &c.display().to_string())
         .replace("{dir}", &dir.path().display().to_string())
-        .replace("{sock}", &dir.path().join("gpu0.sock").display().to_string());
+        .replace(
+            "{sock}",
+            &dir.path().join("gpu0.sock").display().to_string(),
+        );
     assert!(err.contains(&want), "want {want:?}, got {err}");
     assert_eq!(code, Some(EX_CONFIG), "{text}: {err}");
     assert!(leftovers(dir.path()).is_empty(), "{text}");
@@ -323,7 +342,10 @@ fn long_conf_lines_are_quoted_as_a_short_prefix_once() {
     // A 20 MB line: the conf is larger than a conf may be, said in one line.
     let c = conf(
         dir.path(),
-        &format!("socket=/tmp/x.sock,config={},clique=1\n", "c".repeat(20 << 20)),
+        &format!(
+            "socket=/tmp/x.sock,config={},clique=1\n",
+            "c".repeat(20 << 20)
+        ),
     );
     let (code, err, _) = serve_conf(&c);
     assert_eq!(code, Some(EX_CONFIG), "{}", &err[..err.len().min(300)]);

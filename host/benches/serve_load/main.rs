@@ -338,7 +338,10 @@ fn main() {
     let seq_wall = t0.elapsed();
     std::thread::sleep(Duration::from_millis(200));
     let after_seq = usage(pid);
-    print_usage(&format!("during the sequential phase (session {})", total / 2), mid);
+    print_usage(
+        &format!("during the sequential phase (session {})", total / 2),
+        mid,
+    );
     print_usage(&format!("after {total} sequential sessions"), after_seq);
 
     // Concurrent: 64 clients at once, one per socket, twice: the second

@@ -305,7 +305,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let sourced = args.specs()?;
     let mut prepared = Vec::new();
     for (i, s) in sourced.iter().enumerate() {
-        prepared.push(prepare(&gpu_label(i, &s.origin), &s.spec, &args.sysfs_root)?);
+        prepared.push(prepare(
+            &gpu_label(i, &s.origin),
+            &s.spec,
+            &args.sysfs_root,
+        )?);
     }
     let specs: Vec<&GpuSpec> = sourced.iter().map(|s| &s.spec).collect();
     // Signals are caught before any socket exists, so none is left behind.

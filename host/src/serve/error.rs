@@ -255,9 +255,9 @@ impl ServeError {
             | ServeError::DuplicateSocket { .. }
             | ServeError::SocketTooLong { .. }
             | ServeError::BadFile { .. } => true,
-            ServeError::Memory { .. } | ServeError::SocketInUse { .. } | ServeError::Socket { .. } => {
-                false
-            }
+            ServeError::Memory { .. }
+            | ServeError::SocketInUse { .. }
+            | ServeError::Socket { .. } => false,
         }
     }
 }

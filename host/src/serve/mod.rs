@@ -60,7 +60,8 @@ pub use endpoint::{bind_socket, start, start_with_mode, ServeHandle, SocketMode}
 pub use error::{ServeError, SpecError, SpecFileError};
 pub use events::{discard, errno_name, EventSink, ServeEvent};
 pub use limits::{
-    quote, read_limited, ReadRefused, CONFIG_MAX, CONF_MAX, QUOTE_MAX, RESOURCE_MAX, SOCKET_PATH_MAX,
+    quote, read_limited, ReadRefused, CONFIG_MAX, CONF_MAX, QUOTE_MAX, RESOURCE_MAX,
+    SOCKET_PATH_MAX,
 };
 pub use memory::BarMemory;
 pub use registers::{irq_infos, power_on, write_mask};

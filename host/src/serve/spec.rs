@@ -10,8 +10,8 @@ use p2p_shared::ByteSize;
 use p2p_shared::{Bdf, Clique};
 
 use super::error::{ServeError, SpecError, SpecFileError};
-use super::limits::{prefix, quote, read_limited, CONF_MAX};
 use super::limits::SOCKET_PATH_MAX;
+use super::limits::{prefix, quote, read_limited, CONF_MAX};
 
 /// Longest file path a key takes (`PATH_MAX` is 4096 with the NUL).
 const PATH_MAX: usize = 4095;
@@ -436,6 +436,9 @@ mod tests {
         let big = dir.path().join("vm1.conf");
         std::fs::write(&big, vec![b'#'; CONF_MAX as usize + 1]).unwrap();
         let e = read_spec_file(&big).unwrap_err();
-        assert!(e.to_string().ends_with(": larger than 1048576 bytes"), "{e}");
+        assert!(
+            e.to_string().ends_with(": larger than 1048576 bytes"),
+            "{e}"
+        );
     }
 }

@@ -197,9 +197,7 @@ impl DmaWindows {
             .collect();
         let mut first_err = None;
         for w in &gone {
-            let Ok((memory, region)) = self
-                .memory
-                .remove_region(GuestAddress(w.iova), w.size)
+            let Ok((memory, region)) = self.memory.remove_region(GuestAddress(w.iova), w.size)
             else {
                 continue;
             };
