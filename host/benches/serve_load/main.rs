@@ -364,7 +364,10 @@ fn main() {
         let (_, _, peak) = concurrent(&sockets, &ram, total, &busy, pid);
         std::thread::sleep(Duration::from_millis(200));
         last = usage(pid);
-        print_usage(&format!("during concurrent round {round} (highest seen)"), peak);
+        print_usage(
+            &format!("during concurrent round {round} (highest seen)"),
+            peak,
+        );
         print_usage(&format!("after concurrent round {round}"), last);
     }
     let after_conc2 = last;
