@@ -8,6 +8,7 @@
 #   scripts/fuzz.sh serve 600             # one client per input against p2p-host serve
 #   scripts/fuzz.sh dma_windows 600       # serve vfio='s DMA windows under map/unmap sequences
 #   scripts/fuzz.sh nccl_xml 600          # NCCL topology files into the reader and NCCL's model
+#   scripts/fuzz.sh serve_conf 600        # serve --gpus-from's conf parser on any text
 #   scripts/fuzz.sh seed                  # only (re)write the seed corpora
 #   scripts/fuzz.sh walkers 60 -seed=1    # arguments after the seconds go to libFuzzer
 #
@@ -143,13 +144,30 @@ seed_nccl_xml() {
     echo "nccl_xml: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
+
+# Serve conf seeds: the packaged example, a vfio= line, a socket given twice,
+# a socket path of 107 and of 108 bytes.
+seed_serve_conf() {
+    local corpus=$1 f long
+    f=$(mktemp)
+    add_seed "$root/host/packaging/serve.conf" "$corpus" example
+    printf 'socket=/run/vp2p/vm1/e.sock,vfio=0000:00:03.0,clique=2,allow-non-nvidia # edu\n' >"$f" && add_seed "$f" "$corpus" vfio
+    printf 'socket=/run/a.sock,config=/c,clique=1\nsocket=/run/a.sock,config=/d,clique=2,resource=/r,max-bar=256M,any-offset=off\n' >"$f" && add_seed "$f" "$corpus" twice
+    long=$(printf 's%.0s' $(seq 97))
+    printf 'socket=/run/%s.sock,config=/c,clique=3\n' "$long" >"$f" && add_seed "$f" "$corpus" fits
+    printf 'socket=/run/%sx.sock,config=/c,clique=3\n' "$long" >"$f" && add_seed "$f" "$corpus" toolong
+    rm -f "$f"
+    echo "serve_conf: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
 seed() {
-    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows" "$fuzz/corpus/nccl_xml"
+    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows" "$fuzz/corpus/nccl_xml" "$fuzz/corpus/serve_conf"
     seed_walkers "$fuzz/corpus/walkers"
     seed_capability "$fuzz/corpus/capability"
     seed_overlay "$fuzz/corpus/overlay"
     seed_serve "$fuzz/corpus/serve"
     seed_nccl_xml "$fuzz/corpus/nccl_xml"
+    seed_serve_conf "$fuzz/corpus/serve_conf"
 }
 
 case "$target" in
@@ -161,7 +179,8 @@ case "$target" in
     serve) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
     dma_windows) max_len=2600 ;; # 100 DMA_MAP / DMA_UNMAP records of 26 bytes
     nccl_xml) max_len=8192 ;; # the recorded files are 0.2 to 2 KB
-    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, nccl_xml, seed)" >&2; exit 2 ;;
+    serve_conf) max_len=8192 ;; # a few dozen lines, some past the 107-byte socket limit
+    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, nccl_xml, serve_conf, seed)" >&2; exit 2 ;;
 esac
 
 ensure_cargo_fuzz

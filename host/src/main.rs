@@ -3,6 +3,7 @@
 mod cli;
 
 use clap::Parser;
+use p2p_host::serve::ServeError;
 
 fn main() {
     let args = cli::Cli::parse();
@@ -29,12 +30,18 @@ fn main() {
 const REFUSED: i32 = 3;
 
 /// 78 (EX_CONFIG of sysexits.h) when a configuration file is missing or
-/// malformed, so a service manager can tell it from a failure worth a
-/// restart; [`REFUSED`] (3) when the chooser refuses the request (unknown
-/// ids, too large, must-include not available, no clique with --strict); 1
-/// otherwise. clap exits 2 on a usage error before any of this runs.
+/// malformed, or serve's GPUs are ([`ServeError::is_config`]: a capture file,
+/// a socket path, a socket given twice), so a service manager can tell it
+/// from a failure worth a restart; [`REFUSED`] (3) when the chooser refuses
+/// the request (unknown ids, too large, must-include not available, no
+/// clique with --strict); 1 otherwise. clap exits 2 on a usage error before
+/// any of this runs.
 fn exit_status(e: &anyhow::Error) -> i32 {
-    if e.chain().any(|c| c.is::<p2p_host::serve::SpecFileError>()) {
+    if e.chain().any(|c| {
+        c.is::<p2p_host::serve::SpecFileError>()
+            || c.downcast_ref::<ServeError>()
+                .is_some_and(ServeError::is_config)
+    }) {
         78
     } else if e
         .chain()
