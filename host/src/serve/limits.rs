@@ -4,7 +4,6 @@
 //! file only up to [`CONF_MAX`]; a socket path must fit a unix socket address;
 //! and an error quotes at most a short prefix of any text it was given.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
@@ -25,23 +24,9 @@ pub const CONFIG_MAX: u64 = 4096;
 /// kernels, and sysfs reports any attribute as one page (4096 bytes).
 pub const RESOURCE_MAX: u64 = 4096;
 
-/// At most this many characters of one text given to serve go into a message.
-pub const QUOTE_MAX: usize = 64;
-
-/// `s` as a message quotes it: whole when at most [`QUOTE_MAX`] characters,
-/// else its first [`QUOTE_MAX`] characters, `...` and its length in bytes.
-///
-/// ```
-/// use p2p_host::serve::quote;
-/// assert_eq!(quote("gpu0.sock"), "gpu0.sock");
-/// assert_eq!(quote(&"a".repeat(1000)), format!("{}... (1000 bytes)", "a".repeat(64)));
-/// ```
-pub fn quote(s: &str) -> Cow<'_, str> {
-    match s.char_indices().nth(QUOTE_MAX) {
-        None => Cow::Borrowed(s),
-        Some((cut, _)) => Cow::Owned(format!("{}... ({} bytes)", &s[..cut], s.len())),
-    }
-}
+/// How serve quotes a text it was given: the project's one rule for untrusted
+/// text in messages (at most [`QUOTE_MAX`] characters, then `...` and the length).
+pub use p2p_shared::excerpt::{short as quote, QUOTE_MAX};
 
 /// The first [`QUOTE_MAX`] characters of `s` and `...`, for a message that
 /// says the length itself (`s` is longer than that).
