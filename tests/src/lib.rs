@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 pub mod ch_server;
 pub mod e2e;
 pub mod emitted;
+pub mod grpc_wire;
 pub mod libvirt;
 pub mod nccl_explain;
 pub mod openapi;

@@ -57,6 +57,21 @@ pub enum DevicePluginError {
     Io(#[from] std::io::Error),
 }
 
+/// The DevicePlugin service [`run`] serves, answering from `inventory`'s
+/// tree as scanned now, without a socket or a kubelet: what the fuzz targets
+/// hand decoded requests to. Its ListAndWatch stream ends after the first list.
+pub fn service(inventory: Inventory) -> Result<impl api::DevicePlugin, DevicePluginError> {
+    let topo = std::sync::Arc::new(inventory.scan()?);
+    let devices = inventory.devices(&topo);
+    let (_, health) = tokio::sync::watch::channel(plugin::Seen { topo, devices });
+    let (_, stop) = tokio::sync::watch::channel(true);
+    Ok(plugin::Plugin {
+        inventory: std::sync::Arc::new(inventory),
+        health,
+        stop,
+    })
+}
+
 /// Finds the GPUs, then serves and registers until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), DevicePluginError> {
     let inventory = Inventory::discover(&config.sysfs_root, &config.resource, config.selector)?

@@ -108,6 +108,15 @@ pub fn run<P: DomainPatcher>(config: Config<P>) -> Result<(), KubevirtPluginErro
     runtime.block_on(server::serve(config))
 }
 
+/// The DomainHookService [`run`] serves, without a socket: what the fuzz
+/// targets hand decoded requests to.
+pub fn service<P: DomainPatcher>(patcher: P, log: fn(&str)) -> impl api::DomainHookService {
+    server::Hook {
+        patcher: std::sync::Arc::new(patcher),
+        log,
+    }
+}
+
 /// Makes the socket's directory and removes a socket an earlier run left
 /// (which would refuse the bind); anything else at the path is an error.
 fn prepare_socket(path: &Path) -> Result<(), KubevirtPluginError> {
