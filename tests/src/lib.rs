@@ -9,6 +9,7 @@ pub mod ch_server;
 pub mod e2e;
 pub mod emitted;
 pub mod grpc_wire;
+pub mod kubelet;
 pub mod libvirt;
 pub mod nccl_explain;
 pub mod openapi;

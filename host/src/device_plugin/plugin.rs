@@ -22,8 +22,9 @@ pub(crate) struct Seen {
     pub(crate) devices: Vec<Device>,
 }
 
-/// One server generation's DevicePlugin service.
-pub(crate) struct Plugin {
+/// One server generation's DevicePlugin service (what [`super::service`]
+/// makes without a server).
+pub struct Plugin {
     pub(crate) inventory: Arc<Inventory>,
     /// What the poller saw last; changed (and notified) when a health changes.
     pub(crate) health: watch::Receiver<Seen>,

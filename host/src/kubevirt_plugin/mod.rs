@@ -13,6 +13,8 @@
 pub mod api;
 mod server;
 
+pub use server::Hook;
+
 use std::path::{Path, PathBuf};
 
 /// The plugin's name: the `Plugin` object's `metadata.name`, which KubeVirt
@@ -110,7 +112,7 @@ pub fn run<P: DomainPatcher>(config: Config<P>) -> Result<(), KubevirtPluginErro
 
 /// The DomainHookService [`run`] serves, without a socket: what the fuzz
 /// targets hand decoded requests to.
-pub fn service<P: DomainPatcher>(patcher: P, log: fn(&str)) -> impl api::DomainHookService {
+pub fn service<P: DomainPatcher>(patcher: P, log: fn(&str)) -> Hook<P> {
     server::Hook {
         patcher: std::sync::Arc::new(patcher),
         log,

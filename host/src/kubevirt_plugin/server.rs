@@ -12,8 +12,8 @@ use super::api::*;
 use super::{prepare_socket, Config, DomainPatcher, KubevirtPluginError, Outcome, ERROR_METADATA};
 use crate::grpc::{bounded, quote, refusal};
 
-/// The service: the patcher and the log.
-pub(crate) struct Hook<P> {
+/// The DomainHookService vp2p serves: the patcher and the log.
+pub struct Hook<P> {
     pub(crate) patcher: Arc<P>,
     pub(crate) log: fn(&str),
 }
