@@ -7,6 +7,8 @@
 #   scripts/fuzz.sh overlay 600           # config bytes + guest reads and writes
 #   scripts/fuzz.sh serve 600             # one client per input against p2p-host serve
 #   scripts/fuzz.sh dma_windows 600       # serve vfio='s DMA windows under map/unmap sequences
+#   scripts/fuzz.sh device_plugin 600     # each device-plugin gRPC handler, requests from bytes
+#   scripts/fuzz.sh plugin_hook 600       # MutateDomain: requests from bytes, mutated real domains
 #   scripts/fuzz.sh seed                  # only (re)write the seed corpora
 #   scripts/fuzz.sh walkers 60 -seed=1    # arguments after the seconds go to libFuzzer
 #
@@ -127,12 +129,58 @@ seed_serve() {
     echo "serve: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
+# A length-delimited protobuf field: key byte $1 (number << 3 | 2), then the
+# length of $2 (under 128 bytes: one varint byte) and $2, as printf %b text.
+ld() { printf '\\x%02x\\x%02x%s' "$1" "${#2}" "$2"; }
+
+# Device plugin seeds: a method byte (0 options, 1 ListAndWatch, 2 preferred,
+# 3 Allocate, 4 PreStartContainer; +128 for the strict policy), then the
+# request in the published encoding (host/proto/kubelet_deviceplugin_v1beta1.proto).
+seed_device_plugin() {
+    local corpus=$1 f ids="" g
+    f=$(mktemp)
+    for g in 0000:25:00.0 0000:26:00.0 0000:27:00.0 0000:28:00.0 0000:81:00.0; do
+        ids+=$(ld 0x0a "$g")
+    done
+    printf '\x00' >"$f" && add_seed "$f" "$corpus" options
+    printf '\x01' >"$f" && add_seed "$f" "$corpus" list
+    # container_requests { available_deviceIDs x5, allocation_size 2 }.
+    local inner
+    inner=$(printf '%b' "$ids\\x18\\x02")
+    printf '\x02%b' "$(ld 0x0a "$inner")" >"$f" && add_seed "$f" "$corpus" preferred
+    printf '\x82%b' "$(ld 0x0a "$inner")" >"$f" && add_seed "$f" "$corpus" preferred-strict
+    inner=$(printf '%b' "$(ld 0x0a 0000:25:00.0)$(ld 0x0a 0000:28:00.0)")
+    printf '\x03%b' "$(ld 0x0a "$inner")" >"$f" && add_seed "$f" "$corpus" allocate
+    printf '\x04%b' "$(ld 0x0a 0000:25:00.0)" >"$f" && add_seed "$f" "$corpus" prestart
+    rm -f "$f"
+    echo "device_plugin: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
+# Plugin hook seeds: byte 1 and each real domain of tests/fixtures/domains (the
+# target wraps it in a Boot request); byte 0 and a whole MutateDomainRequest.
+seed_plugin_hook() {
+    local corpus=$1 f d
+    f=$(mktemp)
+    for d in "$root"/tests/fixtures/domains/*.xml; do
+        { printf '\x01'; cat "$d"; } >"$f" && add_seed "$f" "$corpus" domain
+    done
+    local req
+    req=$(ld 0x0a libvirt)$(ld 0x12 '<domain type="kvm"><name>v</name></domain>')$(ld 0x1a '{}')
+    req+=$(ld 0x22 "$(printf '%b' "$(ld 0x0a Boot)")")
+    printf '\x00%b' "$req" >"$f" && add_seed "$f" "$corpus" request
+    rm -f "$f"
+    echo "plugin_hook: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
 seed() {
-    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows"
+    mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows" \
+        "$fuzz/corpus/device_plugin" "$fuzz/corpus/plugin_hook"
     seed_walkers "$fuzz/corpus/walkers"
     seed_capability "$fuzz/corpus/capability"
     seed_overlay "$fuzz/corpus/overlay"
     seed_serve "$fuzz/corpus/serve"
+    seed_device_plugin "$fuzz/corpus/device_plugin"
+    seed_plugin_hook "$fuzz/corpus/plugin_hook"
 }
 
 case "$target" in
@@ -143,7 +191,10 @@ case "$target" in
     # The server lives for the whole run: its threads and buffers are no leak.
     serve) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
     dma_windows) max_len=2600 ;; # 100 DMA_MAP / DMA_UNMAP records of 26 bytes
-    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, seed)" >&2; exit 2 ;;
+    # The plugins' services live for the whole run (tokio's runtime, the tree).
+    device_plugin) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
+    plugin_hook) max_len=16384; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;; # twice the largest domain
+    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, device_plugin, plugin_hook, seed)" >&2; exit 2 ;;
 esac
 
 ensure_cargo_fuzz

@@ -13,7 +13,7 @@ fn git(args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-fn main() {
+pub fn main() {
     println!("cargo:rerun-if-env-changed=VP2P_COMMIT");
     let commit = match std::env::var("VP2P_COMMIT") {
         Ok(c) if !c.is_empty() => c,

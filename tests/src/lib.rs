@@ -9,6 +9,8 @@ pub mod ch_contract;
 pub mod ch_server;
 pub mod e2e;
 pub mod emitted;
+pub mod grpc_wire;
+pub mod kubelet;
 pub mod kubernetes_validate;
 pub mod libvirt;
 pub mod nccl_explain;

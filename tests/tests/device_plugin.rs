@@ -9,144 +9,15 @@
 //! 81:00.0 group 5 on NUMA node 1 (the tree's `iommu_group` links).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use p2p_host::device_plugin::api::*;
 use p2p_host::device_plugin::socket_name;
-use p2p_tests::{binary, fixture_dir, run};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
-use tonic::{Code, Request, Response, Status};
-
-const RESOURCE: &str = "vp2p.io/nvme";
-const GPUS: [&str; 5] = [
-    "0000:25:00.0",
-    "0000:26:00.0",
-    "0000:27:00.0",
-    "0000:28:00.0",
-    "0000:81:00.0",
-];
-const WAIT: Duration = Duration::from_secs(20);
-
-/// The kubelet's Registration service: passes each request to the test.
-struct StandIn(mpsc::UnboundedSender<RegisterRequest>);
-
-#[tonic::async_trait]
-impl Registration for StandIn {
-    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
-        let _ = self.0.send(req.into_inner());
-        Ok(Response::new(Empty {}))
-    }
-}
-
-/// A running stand-in on DIR/kubelet.sock.
-struct Kubelet {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
-    registered: mpsc::UnboundedReceiver<RegisterRequest>,
-}
-
-fn start_kubelet(dir: &Path) -> Kubelet {
-    let (tx, registered) = mpsc::unbounded_channel();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let listener = tokio::net::UnixListener::bind(dir.join(KUBELET_SOCKET)).unwrap();
-    let task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(RegistrationServer::new(StandIn(tx)))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            )
-            .await
-            .unwrap();
-    });
-    Kubelet {
-        stop,
-        task,
-        registered,
-    }
-}
-
-impl Kubelet {
-    async fn next_registration(&mut self) -> RegisterRequest {
-        tokio::time::timeout(WAIT, self.registered.recv())
-            .await
-            .expect("the plugin registers within 20 s")
-            .expect("stand-in running")
-    }
-
-    /// Stops as a kubelet does on restart and removes its socket.
-    async fn stop(self, dir: &Path) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
-        std::fs::remove_file(dir.join(KUBELET_SOCKET)).unwrap();
-    }
-}
-
-/// A copy of the nested-switch tree with its NVMe functions bound to vfio-pci.
-fn vfio_tree(dir: &Path) -> PathBuf {
-    let src = fixture_dir("qemu-11.1-nested-switch-iommu-on").join("sysfs");
-    let dst = dir.join("sysfs");
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(&src)
-        .arg(&dst)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    for gpu in GPUS {
-        rebind(&dst, gpu, "vfio-pci");
-    }
-    dst
-}
-
-/// Points GPU's `driver` link at DRIVER, as a bind or unbind would.
-fn rebind(tree: &Path, gpu: &str, driver: &str) {
-    let dev = std::fs::canonicalize(tree.join("bus/pci/devices").join(gpu)).unwrap();
-    let link = dev.join("driver");
-    let old = std::fs::read_link(&link).unwrap();
-    let new = old.parent().unwrap().join(driver);
-    std::fs::remove_file(&link).unwrap();
-    std::os::unix::fs::symlink(new, &link).unwrap();
-}
-
-/// The plugin process, killed when dropped.
-struct Plugin(Child);
-
-impl Drop for Plugin {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_plugin(dir: &Path, tree: &Path) -> Plugin {
-    start_plugin_with(dir, tree, &[])
-}
-
-fn start_plugin_with(dir: &Path, tree: &Path, policy: &[&str]) -> Plugin {
-    let child = Command::new(binary("p2p-host"))
-        .args([
-            "device-plugin",
-            "--resource",
-            RESOURCE,
-            "--selector",
-            "1b36:0010",
-        ])
-        .arg("--kubelet-dir")
-        .arg(dir)
-        .arg("--sysfs-root")
-        .arg(tree)
-        .args(["--poll-ms", "100"])
-        .args(policy)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    Plugin(child)
-}
+use p2p_tests::grpc_wire::protobuf::Writer;
+use p2p_tests::grpc_wire::raw;
+use p2p_tests::grpc_wire::table::KUBELET_V1BETA1;
+use p2p_tests::kubelet::*;
+use p2p_tests::run;
+use tonic::Code;
 
 /// A temporary directory with the tree, a stand-in and the plugin registered.
 struct Setup {
@@ -155,7 +26,7 @@ struct Setup {
     dir: tempfile::TempDir,
     tree: PathBuf,
     kubelet: Kubelet,
-    first: RegisterRequest,
+    first: Registered,
 }
 
 async fn setup() -> Setup {
@@ -173,7 +44,7 @@ async fn setup() -> Setup {
     }
 }
 
-async fn client(dir: &Path, reg: &RegisterRequest) -> DevicePluginClient {
+async fn client(dir: &Path, reg: &Registered) -> DevicePluginClient<tonic::transport::Channel> {
     let channel = connect_unix(&dir.join(&reg.endpoint)).await.unwrap();
     DevicePluginClient::new(channel)
 }
@@ -185,8 +56,8 @@ fn ids(list: &[&str]) -> Vec<String> {
 fn preferred_request(available: &[&str], must: &[&str], size: i32) -> PreferredAllocationRequest {
     PreferredAllocationRequest {
         container_requests: vec![ContainerPreferredAllocationRequest {
-            available_device_ids: ids(available),
-            must_include_device_ids: ids(must),
+            available_device_i_ds: ids(available),
+            must_include_device_i_ds: ids(must),
             allocation_size: size,
         }],
     }
@@ -199,15 +70,27 @@ async fn registers_with_the_resource_version_endpoint_and_options() {
     assert_eq!(s.first.resource_name, RESOURCE);
     assert_eq!(s.first.endpoint, "vp2p-vp2p_io_nvme.sock");
     assert_eq!(s.first.endpoint, socket_name(RESOURCE));
-    let want = DevicePluginOptions {
-        pre_start_required: false,
-        get_preferred_allocation_available: true,
-    };
-    assert_eq!(s.first.options, Some(want.clone()));
-    // The kubelet then dials the endpoint and asks for the options.
-    let mut c = client(s.dir.path(), &s.first).await;
-    let got = c.get_device_plugin_options().await.unwrap().into_inner();
-    assert_eq!(got, want);
+    assert_eq!(s.first.options, Some((false, true)));
+    // The bytes, derived by hand from the table (key = number << 3 | wire
+    // type): version 1 LEN = 0x0a, endpoint 2 LEN = 0x12, resource_name 3 LEN
+    // = 0x1a, options 4 LEN = 0x22 holding get_preferred_allocation_available
+    // 2 VARINT = 0x10 true; pre_start_required false is not sent (proto3).
+    let mut want = vec![0x0a, 7];
+    want.extend(b"v1beta1");
+    want.extend([0x12, 22]);
+    want.extend(b"vp2p-vp2p_io_nvme.sock");
+    want.extend([0x1a, 12]);
+    want.extend(b"vp2p.io/nvme");
+    want.extend([0x22, 2, 0x10, 1]);
+    assert_eq!(s.first.raw, want);
+    // The kubelet then dials the endpoint and asks for the options: the
+    // answer's bytes are DevicePluginOptions field 2 VARINT true, 10 01.
+    let mut c = raw::Client::connect(&s.dir.path().join(&s.first.endpoint)).await;
+    let path = KUBELET_V1BETA1
+        .method("DevicePlugin", "GetDevicePluginOptions")
+        .path;
+    let got = c.unary(path, Vec::new()).await.unwrap().into_inner();
+    assert_eq!(got, [0x10, 0x01]);
 }
 
 #[tokio::test]
@@ -220,7 +103,7 @@ async fn registers_again_when_the_kubelet_restarts() {
     assert_eq!(second, s.first);
     // The new server answers on the endpoint.
     let mut c = client(&dir, &second).await;
-    let mut stream = c.list_and_watch().await.unwrap().into_inner();
+    let mut stream = c.list_and_watch(Empty {}).await.unwrap().into_inner();
     let list = stream.message().await.unwrap().unwrap();
     assert_eq!(list.devices.len(), 5);
 }
@@ -233,7 +116,15 @@ async fn registers_again_when_the_kubelet_removes_the_plugin_socket() {
     let second = s.kubelet.next_registration().await;
     assert_eq!(second, s.first);
     let mut c = client(s.dir.path(), &second).await;
-    let got = c.get_device_plugin_options().await.unwrap().into_inner();
+    let got = c
+        .get_device_plugin_options(Empty {})
+        .await
+        .unwrap()
+        .into_inner();
+    let got = (
+        got.pre_start_required,
+        got.get_preferred_allocation_available,
+    );
     assert_eq!(Some(got), s.first.options);
 }
 
@@ -241,7 +132,7 @@ async fn registers_again_when_the_kubelet_removes_the_plugin_socket() {
 async fn list_and_watch_marks_an_unbound_gpu_unhealthy() {
     let s = setup().await;
     let mut c = client(s.dir.path(), &s.first).await;
-    let mut stream = c.list_and_watch().await.unwrap().into_inner();
+    let mut stream = c.list_and_watch(Empty {}).await.unwrap().into_inner();
     let first = stream.message().await.unwrap().unwrap();
     let got: Vec<(String, String, Option<TopologyInfo>)> = first
         .devices
@@ -343,7 +234,7 @@ async fn preferred_allocation_is_allocates_answer() {
         assert_eq!(got.container_responses.len(), 1);
         let want = allocate_cli(&s.tree, available, must, size);
         assert_eq!(
-            got.container_responses[0].device_ids, want,
+            got.container_responses[0].device_i_ds, want,
             "{available:?} {must:?} {size}"
         );
     }
@@ -354,7 +245,7 @@ async fn preferred_allocation_is_allocates_answer() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(one.container_responses[0].device_ids, ["0000:81:00.0"]);
+    assert_eq!(one.container_responses[0].device_i_ds, ["0000:81:00.0"]);
 }
 
 #[tokio::test]
@@ -463,7 +354,7 @@ async fn bad_requests_get_errors_and_the_plugin_keeps_serving() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(ok.container_responses[0].device_ids, ["0000:81:00.0"]);
+    assert_eq!(ok.container_responses[0].device_i_ds, ["0000:81:00.0"]);
 }
 
 /// The chooser's policy options reach GetPreferredAllocation: under
@@ -503,10 +394,15 @@ async fn policy_options_reach_preferred_allocation() {
         ],
     );
     assert_eq!(cli.code, Some(2), "{}", cli.stdout);
+    // The chooser's refusal, in its words, from both (the message is the
+    // one derived by hand from the tree: the PIX pairs are 25/26 only).
+    let refusal = "no 4 available GPUs form one clique under PIX (the largest has 2); \
+                   raise --max-level or ask for fewer";
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(err.message(), refusal);
     assert!(
-        cli.stderr.contains(err.message()),
-        "plugin: {} / allocate: {}",
-        err.message(),
+        cli.stderr.contains(refusal),
+        "allocate's stderr: {}",
         cli.stderr
     );
     let two = c
@@ -515,7 +411,197 @@ async fn policy_options_reach_preferred_allocation() {
         .unwrap()
         .into_inner();
     assert_eq!(
-        two.container_responses[0].device_ids,
+        two.container_responses[0].device_i_ds,
         ["0000:25:00.0", "0000:26:00.0"]
     );
+}
+
+/// Field `name` of v1beta1 message `message`, from the table.
+fn field(message: &str, name: &str) -> p2p_tests::grpc_wire::table::Field {
+    KUBELET_V1BETA1.field(message, name)
+}
+
+/// DevicePlugin's calls with requests encoded by hand and answers compared
+/// as bytes with encodings derived by hand from the table: what the kubelet
+/// (a Go program with its own generated code) sends and reads.
+#[tokio::test]
+async fn device_plugin_calls_are_the_published_encoding_byte_for_byte() {
+    let s = setup().await;
+    let mut c = raw::Client::connect(&s.dir.path().join(&s.first.endpoint)).await;
+
+    // GetPreferredAllocation: one container, five available, size 1.
+    // ContainerPreferredAllocationRequest: available_deviceIDs 1 LEN (0x0a)
+    // per id, allocation_size 3 VARINT (0x18) 1; the request's
+    // container_requests 1 LEN (0x0a) around it (5 x 14 + 2 = 72 bytes).
+    let mut container = Vec::new();
+    for g in GPUS {
+        container.extend([0x0a, 12]);
+        container.extend(g.as_bytes());
+    }
+    container.extend([0x18, 0x01]);
+    let mut req = vec![0x0a, 72];
+    req.extend(&container);
+    let by_table = Writer::new()
+        .message(
+            field("PreferredAllocationRequest", "container_requests"),
+            GPUS.iter()
+                .fold(Writer::new(), |w, g| {
+                    w.string(
+                        field("ContainerPreferredAllocationRequest", "available_deviceIDs"),
+                        g,
+                    )
+                })
+                .varint(
+                    field("ContainerPreferredAllocationRequest", "allocation_size"),
+                    1,
+                ),
+        )
+        .finish();
+    assert_eq!(req, by_table, "the literal bytes are the table's");
+    let path = KUBELET_V1BETA1
+        .method("DevicePlugin", "GetPreferredAllocation")
+        .path;
+    let got = c.unary(path, req).await.unwrap().into_inner();
+    // container_responses 1 LEN { deviceIDs 1 LEN "0000:81:00.0" }.
+    let mut want = vec![0x0a, 14, 0x0a, 12];
+    want.extend(b"0000:81:00.0");
+    assert_eq!(got, want);
+
+    // Allocate 81:00.0 (IOMMU group 5): envs 1 LEN {key 1, value 2}, then
+    // devices 3 LEN DeviceSpec {container_path 1, host_path 2, permissions 3}
+    // for /dev/vfio/vfio and /dev/vfio/5; no mounts, annotations, CDI devices.
+    let alloc = field("AllocateRequest", "container_requests");
+    let req = Writer::new()
+        .message(
+            alloc,
+            Writer::new().string(field("ContainerAllocateRequest", "devices_ids"), GPUS[4]),
+        )
+        .finish();
+    let mut literal = vec![0x0a, 14, 0x0a, 12];
+    literal.extend(GPUS[4].as_bytes());
+    assert_eq!(req, literal);
+    let path = KUBELET_V1BETA1.method("DevicePlugin", "Allocate").path;
+    let got = c.unary(path, req).await.unwrap().into_inner();
+    let car = |n| field("ContainerAllocateResponse", n);
+    let spec = |p: &str| {
+        Writer::new()
+            .string(field("DeviceSpec", "container_path"), p)
+            .string(field("DeviceSpec", "host_path"), p)
+            .string(field("DeviceSpec", "permissions"), "mrw")
+    };
+    // A map entry is a message of key 1 and value 2 (both LEN: 0x0a, 0x12).
+    let entry = {
+        let mut e = vec![0x0a, 25];
+        e.extend(b"PCI_RESOURCE_VP2P_IO_NVME");
+        e.extend([0x12, 12]);
+        e.extend(GPUS[4].as_bytes());
+        e
+    };
+    let container = Writer::new()
+        .bytes(car("envs"), &entry)
+        .message(car("devices"), spec("/dev/vfio/vfio"))
+        .message(car("devices"), spec("/dev/vfio/5"));
+    let want = Writer::new()
+        .message(field("AllocateResponse", "container_responses"), container)
+        .finish();
+    assert_eq!(got, want);
+    // By hand: the entry is 2 + 25 + 2 + 12 = 41 bytes (0x29), envs 2 + 41;
+    // the DeviceSpecs 3 x (2 + 14) + 5 = 37 and 2 x (2 + 11) + 5 = 31 bytes,
+    // each 2 more as devices: 43 + 39 + 33 = 115 (0x73) in the container.
+    assert_eq!(
+        &got[..4],
+        [0x0a, 0x73, 0x0a, 0x29],
+        "the keys and lengths by hand"
+    );
+
+    // ListAndWatch's first list: Device {ID 1, health 2, topology 3
+    // {nodes 1 {ID 1 VARINT}}}; node 0 is the default, so its NUMANode is
+    // empty on the wire.
+    let path = KUBELET_V1BETA1.method("DevicePlugin", "ListAndWatch").path;
+    let mut stream = c.server_streaming(path, Vec::new()).await.unwrap();
+    let first = stream.message().await.unwrap().unwrap();
+    let mut want = Writer::new();
+    for g in GPUS {
+        let node = if g == "0000:81:00.0" { 1 } else { 0 };
+        let numa = if node == 0 {
+            Writer::new()
+        } else {
+            Writer::new().varint(field("NUMANode", "ID"), node)
+        };
+        let device = Writer::new()
+            .string(field("Device", "ID"), g)
+            .string(field("Device", "health"), "Healthy")
+            .message(
+                field("Device", "topology"),
+                Writer::new().message(field("TopologyInfo", "nodes"), numa),
+            );
+        want = want.message(field("ListAndWatchResponse", "devices"), device);
+    }
+    assert_eq!(first, want.finish());
+    // The last device by hand: 0a 1d (14 + 9 + 6 = 29 bytes) | 0a 0c <id>
+    // 12 07 Healthy 1a 04 0a 02 08 01.
+    let mut last = vec![0x0a, 0x1d, 0x0a, 12];
+    last.extend(b"0000:81:00.0");
+    last.extend([0x12, 7]);
+    last.extend(b"Healthy");
+    last.extend([0x1a, 4, 0x0a, 2, 0x08, 1]);
+    assert!(first.ends_with(&last));
+}
+
+/// A 1 MiB unknown id is refused with its first bytes and its length, not
+/// echoed whole: a gRPC client accepts about 16 KiB of headers, where the
+/// status message travels, and would see RESOURCE_EXHAUSTED instead.
+#[tokio::test]
+async fn a_megabyte_id_is_refused_with_a_bounded_quote() {
+    let s = setup().await;
+    let mut c = client(s.dir.path(), &s.first).await;
+    let big = "0".repeat(1 << 20);
+    let err = c
+        .get_preferred_allocation(preferred_request(&[&big], &[], 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message().len());
+    assert_eq!(
+        err.message(),
+        format!(
+            "unknown device id \"{}\"... (1048576 bytes): not a GPU of resource vp2p.io/nvme",
+            "0".repeat(64)
+        )
+    );
+    let err = c
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: vec![big],
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().len() < 200, "{}", err.message().len());
+}
+
+/// Allocate refuses a list naming a GPU twice, as GetPreferredAllocation
+/// does (and as the chooser says it), rather than answering with the
+/// address repeated in PCI_RESOURCE_<NAME>.
+#[tokio::test]
+async fn allocate_refuses_duplicate_ids_as_preferred_allocation_does() {
+    let s = setup().await;
+    let mut c = client(s.dir.path(), &s.first).await;
+    let twice = ["0000:25:00.0", "0000:28:00.0", "0000:25:00.0"];
+    let pref = c
+        .get_preferred_allocation(preferred_request(&twice, &[], 1))
+        .await
+        .unwrap_err();
+    let alloc = c
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: ids(&twice),
+            }],
+        })
+        .await
+        .unwrap_err();
+    for e in [&pref, &alloc] {
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert_eq!(e.message(), "0000:25:00.0 is listed twice");
+    }
 }

@@ -37,3 +37,47 @@ fn docs_console_blocks_run_verbatim() {
         cases.case(page);
     }
 }
+
+/// docs/kubevirt.md's device plugin section is true to `p2p-host
+/// device-plugin --help`: its usage line names exactly the options --help
+/// lists, and no sentence of the section says one of them is not an option.
+#[test]
+fn kubevirt_page_names_the_device_plugins_options_as_its_help_does() {
+    let help = p2p_tests::run("p2p-host", &["device-plugin", "--help"]);
+    assert_eq!(help.code, Some(0), "{}", help.stderr);
+    let flags = |text: &str| -> std::collections::BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(str::to_string)
+            .collect()
+    };
+    let mut want = flags(
+        help.stdout
+            .split_once("Options:")
+            .expect("--help lists options")
+            .1,
+    );
+    want.remove("--help");
+    let page = std::fs::read_to_string(repo_root().join("docs/kubevirt.md")).unwrap();
+    let section = page
+        .split_once("## Device plugin")
+        .expect("docs/kubevirt.md has a device plugin section")
+        .1;
+    let section = section.split("\n## ").next().unwrap();
+    let usage = section
+        .split('`')
+        .find(|s| s.starts_with("p2p-host device-plugin "))
+        .expect("a `p2p-host device-plugin ...` usage");
+    assert_eq!(flags(usage), want, "usage: {usage}");
+    let flat = section.replace('\n', " ");
+    for sentence in flat.split(". ") {
+        let denies = ["not options", "not an option", "has no `--"]
+            .iter()
+            .any(|d| sentence.contains(d));
+        let named: Vec<&String> = want.iter().filter(|f| sentence.contains(f.as_str())).collect();
+        assert!(
+            !(denies && !named.is_empty()),
+            "docs/kubevirt.md says {named:?} are not options: {sentence}"
+        );
+    }
+}

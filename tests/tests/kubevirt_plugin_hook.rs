@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 
 use p2p_host::kubevirt_plugin::api::*;
 use p2p_host::kubevirt_plugin::{ERROR_METADATA, PLUGIN_NAME};
+use p2p_tests::grpc_wire::protobuf::{varint, Decoded, Writer};
+use p2p_tests::grpc_wire::raw;
+use p2p_tests::grpc_wire::table::KUBEVIRT_HOOKS_V1ALPHA1;
 use p2p_tests::libvirt::{validate, DomainView};
 use p2p_tests::{binary, fixture_dir, repo_root};
 use tonic::Code;
@@ -115,7 +118,7 @@ fn start(socket: &Path, extra: &[String]) -> Hook {
 }
 
 impl Hook {
-    async fn client(&self) -> DomainHookServiceClient {
+    async fn client(&self) -> DomainHookServiceClient<tonic::transport::Channel> {
         DomainHookServiceClient::new(connect_unix(&self.socket).await.unwrap())
     }
 
@@ -290,20 +293,20 @@ async fn bad_requests_get_clear_errors_and_the_hook_keeps_serving() {
     assert_eq!(e.code(), Code::InvalidArgument);
     assert_eq!(
         e.message(),
-        "domain_type 'cloud-hypervisor' is not one vp2p patches (only 'libvirt')"
+        "domain_type \"cloud-hypervisor\" is not one vp2p patches (only \"libvirt\")"
     );
 
     let mut r = request(&input, &vmi(&[]), "Boot");
     r.sidecar_context = None;
     let e = client.mutate_domain(r).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    assert!(e.message().contains("invocation_context '' is not one KubeVirt defines (Boot, MigrationSource, MigrationTarget)"), "{}", e.message());
+    assert!(e.message().contains("invocation_context \"\" is not one KubeVirt defines (Boot, MigrationSource, MigrationTarget)"), "{}", e.message());
     let e = client
         .mutate_domain(request(&input, &vmi(&[]), "Hotplug"))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    assert!(e.message().contains("'Hotplug'"), "{}", e.message());
+    assert!(e.message().contains("\"Hotplug\""), "{}", e.message());
 
     let mut r = request(&input, &vmi(&[]), "Boot");
     r.domain = vec![b'<', 0xff, b'>'];
@@ -406,4 +409,92 @@ async fn migrations_pass_the_domain_unchanged() {
         ),
         "{log}"
     );
+}
+
+/// MutateDomain with a request encoded by hand and the answer compared as
+/// bytes with an encoding derived by hand from the table: what virt-launcher
+/// (a Go program with its own generated code) sends and reads.
+#[tokio::test]
+async fn mutate_domain_is_the_published_encoding_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = start_in(tmp.path());
+    let t = &KUBEVIRT_HOOKS_V1ALPHA1;
+    let path = t.method("DomainHookService", "MutateDomain").path;
+    let input = domain();
+    let v = vmi(&[]);
+    let req_field = |n| t.field("MutateDomainRequest", n);
+    let encode = |context: &str| {
+        // domain_type 1 LEN (0x0a), domain 2 LEN (0x12), vmi 3 LEN (0x1a),
+        // sidecar_context 4 LEN (0x22) { invocation_context 1 LEN (0x0a) }.
+        let mut want = vec![0x0a, 7];
+        want.extend(b"libvirt");
+        want.push(0x12);
+        varint(input.len() as u64, &mut want);
+        want.extend(input.as_bytes());
+        want.push(0x1a);
+        varint(v.len() as u64, &mut want);
+        want.extend(v.as_bytes());
+        want.extend([0x22, context.len() as u8 + 2, 0x0a, context.len() as u8]);
+        want.extend(context.as_bytes());
+        let by_table = Writer::new()
+            .string(req_field("domain_type"), "libvirt")
+            .bytes(req_field("domain"), input.as_bytes())
+            .bytes(req_field("vmi"), v.as_bytes())
+            .message(
+                req_field("sidecar_context"),
+                Writer::new().string(t.field("SidecarContext", "invocation_context"), context),
+            )
+            .finish();
+        assert_eq!(want, by_table);
+        want
+    };
+    let mut c = raw::Client::connect(&hook.socket).await;
+
+    // A migration's domain passes unchanged: the answer is MutateDomainResponse
+    // { domain 1 LEN (0x0a) <the domain> }, byte for byte.
+    let got = c
+        .unary(path, encode("MigrationTarget"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut want = vec![0x0a];
+    varint(input.len() as u64, &mut want);
+    want.extend(input.as_bytes());
+    assert_eq!(got, want);
+
+    // A boot's answer, decoded by the table: the domain the sidecar path makes.
+    let got = c.unary(path, encode("Boot")).await.unwrap().into_inner();
+    let d = Decoded::parse(&got).unwrap();
+    assert_eq!(d.0.len(), 1, "one field");
+    let patched = d.all_bytes(t.field("MutateDomainResponse", "domain"));
+    assert_eq!(
+        String::from_utf8(patched[0].clone()).unwrap(),
+        sidecar(&v, &input)
+    );
+    drop(hook);
+}
+
+/// A megabyte of the caller's input is quoted by its first bytes and its
+/// length, not echoed whole into the status message (a gRPC client accepts
+/// about 16 KiB of headers and would see RESOURCE_EXHAUSTED instead).
+#[tokio::test]
+async fn a_megabyte_domain_type_is_refused_with_a_bounded_quote() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = start_in(tmp.path());
+    let mut client = hook.client().await;
+    let mut r = request(&domain(), &vmi(&[]), "Boot");
+    r.domain_type = "x".repeat(1 << 20);
+    let e = client.mutate_domain(r).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message().len());
+    assert_eq!(
+        e.message(),
+        format!(
+            "domain_type \"{}\"... (1048576 bytes) is not one vp2p patches (only \"libvirt\")",
+            "x".repeat(64)
+        )
+    );
+    let r = request(&domain(), &vmi(&[]), &"B".repeat(1 << 20));
+    let e = client.mutate_domain(r).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().len() < 300, "{}", e.message().len());
 }

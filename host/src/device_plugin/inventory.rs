@@ -10,6 +10,7 @@ use p2p_shared::clique::MaxLevel;
 use p2p_shared::{Bdf, GpuSelector, Role, Topology};
 
 use super::api::{self, ContainerAllocateResponse, Device, DeviceSpec, NumaNode, TopologyInfo};
+use crate::grpc::quote;
 use crate::sysfs::{self, ScanError, SysfsRoot};
 
 /// The driver a GPU must be bound to for the plugin to offer it.
@@ -211,6 +212,12 @@ impl Inventory {
         ids: &[String],
     ) -> Result<ContainerAllocateResponse, RequestError> {
         let bdfs = self.parse_ids(ids)?;
+        // As GetPreferredAllocation (the chooser) refuses them: a list that
+        // names a GPU twice is not one the kubelet sends.
+        let mut seen = BTreeSet::new();
+        if let Some(b) = bdfs.iter().find(|b| !seen.insert(**b)) {
+            return Err(RequestError::Choose(ChooseError::Duplicate(*b)));
+        }
         let mut groups = BTreeSet::new();
         for b in &bdfs {
             let f = topo.function(*b).ok_or(RequestError::Gone(*b))?;
@@ -241,7 +248,7 @@ impl Inventory {
                 id.parse::<Bdf>()
                     .ok()
                     .filter(|b| self.gpus.contains(b))
-                    .ok_or_else(|| RequestError::UnknownId(id.clone(), self.resource.clone()))
+                    .ok_or_else(|| RequestError::UnknownId(quote(id), self.resource.clone()))
             })
             .collect()
     }
@@ -255,8 +262,9 @@ fn scan(root: &Path) -> Result<Topology, ScanError> {
 /// A kubelet request the plugin refuses.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
-    /// An id that is not one of the resource's GPUs.
-    #[error("unknown device id {0:?}: not a GPU of resource {1}")]
+    /// An id that is not one of the resource's GPUs (quoted by
+    /// [`crate::grpc::quote`]: at most its first bytes).
+    #[error("unknown device id {0}: not a GPU of resource {1}")]
     UnknownId(String, String),
     /// A negative allocation size.
     #[error("allocation size {0} is negative")]

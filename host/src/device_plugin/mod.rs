@@ -3,7 +3,7 @@
 //!
 //! The async gRPC stack (tokio, tonic) lives here and only here: [`run`]
 //! starts the one runtime of the process; no other command starts one.
-//! [`api`] is the protocol (both sides, so tests can play the kubelet),
+//! [`api`] is the protocol (generated from host/proto, both sides),
 //! [`inventory`] the plugin's answers without gRPC.
 
 pub mod api;
@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use inventory::{kubevirt_env_var, socket_name, Inventory, Policy, Selector};
-pub use plugin::options;
+pub use plugin::{options, Plugin};
 
 /// What `p2p-host device-plugin` was asked for.
 #[derive(Debug, Clone)]
@@ -55,6 +55,21 @@ pub enum DevicePluginError {
     /// The runtime or a signal handler could not be set up.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The DevicePlugin service [`run`] serves, answering from `inventory`'s
+/// tree as scanned now, without a socket or a kubelet: what the fuzz targets
+/// hand decoded requests to. Its ListAndWatch stream ends after the first list.
+pub fn service(inventory: Inventory) -> Result<Plugin, DevicePluginError> {
+    let topo = std::sync::Arc::new(inventory.scan()?);
+    let devices = inventory.devices(&topo);
+    let (_, health) = tokio::sync::watch::channel(plugin::Seen { topo, devices });
+    let (_, stop) = tokio::sync::watch::channel(true);
+    Ok(plugin::Plugin {
+        inventory: std::sync::Arc::new(inventory),
+        health,
+        stop,
+    })
 }
 
 /// Finds the GPUs, then serves and registers until SIGTERM or SIGINT.

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use p2p_shared::Topology;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
+
+use crate::grpc::refusal;
 
 use super::api::*;
 use super::inventory::{Inventory, RequestError};
@@ -20,8 +22,9 @@ pub(crate) struct Seen {
     pub(crate) devices: Vec<Device>,
 }
 
-/// One server generation's DevicePlugin service.
-pub(crate) struct Plugin {
+/// One server generation's DevicePlugin service (what [`super::service`]
+/// makes without a server).
+pub struct Plugin {
     pub(crate) inventory: Arc<Inventory>,
     /// What the poller saw last; changed (and notified) when a health changes.
     pub(crate) health: watch::Receiver<Seen>,
@@ -38,14 +41,15 @@ pub fn options() -> DevicePluginOptions {
 }
 
 fn status(e: RequestError) -> Status {
-    match e {
+    let code = match e {
         RequestError::UnknownId(..) | RequestError::Size(_) | RequestError::Choose(_) => {
-            Status::invalid_argument(e.to_string())
+            Code::InvalidArgument
         }
         RequestError::Gone(_) | RequestError::NotVfio(..) | RequestError::NoGroup(_) => {
-            Status::failed_precondition(e.to_string())
+            Code::FailedPrecondition
         }
-    }
+    };
+    refusal(code, &e.to_string())
 }
 
 impl Plugin {
@@ -56,6 +60,10 @@ impl Plugin {
 
 #[tonic::async_trait]
 impl DevicePlugin for Plugin {
+    type ListAndWatchStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<ListAndWatchResponse, Status>> + Send>,
+    >;
+
     async fn get_device_plugin_options(
         &self,
         _req: Request<Empty>,
@@ -66,7 +74,7 @@ impl DevicePlugin for Plugin {
     async fn list_and_watch(
         &self,
         _req: Request<Empty>,
-    ) -> Result<Response<ListAndWatchStream>, Status> {
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         let mut health = self.health.clone();
         let mut stop = self.stop.clone();
         let (tx, rx) = mpsc::channel(4);
@@ -102,12 +110,14 @@ impl DevicePlugin for Plugin {
                 .inventory
                 .preferred(
                     &topo,
-                    &c.available_device_ids,
-                    &c.must_include_device_ids,
+                    &c.available_device_i_ds,
+                    &c.must_include_device_i_ds,
                     c.allocation_size,
                 )
                 .map_err(status)?;
-            container_responses.push(ContainerPreferredAllocationResponse { device_ids });
+            container_responses.push(ContainerPreferredAllocationResponse {
+                device_i_ds: device_ids,
+            });
         }
         Ok(Response::new(PreferredAllocationResponse {
             container_responses,

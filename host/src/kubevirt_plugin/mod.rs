@@ -13,6 +13,8 @@
 pub mod api;
 mod server;
 
+pub use server::Hook;
+
 use std::path::{Path, PathBuf};
 
 /// The plugin's name: the `Plugin` object's `metadata.name`, which KubeVirt
@@ -106,6 +108,15 @@ pub fn run<P: DomainPatcher>(config: Config<P>) -> Result<(), KubevirtPluginErro
         .enable_all()
         .build()?;
     runtime.block_on(server::serve(config))
+}
+
+/// The DomainHookService [`run`] serves, without a socket: what the fuzz
+/// targets hand decoded requests to.
+pub fn service<P: DomainPatcher>(patcher: P, log: fn(&str)) -> Hook<P> {
+    server::Hook {
+        patcher: std::sync::Arc::new(patcher),
+        log,
+    }
 }
 
 /// Makes the socket's directory and removes a socket an earlier run left

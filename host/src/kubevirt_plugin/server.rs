@@ -6,15 +6,16 @@ use std::sync::Arc;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::metadata::MetadataValue;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use super::api::*;
 use super::{prepare_socket, Config, DomainPatcher, KubevirtPluginError, Outcome, ERROR_METADATA};
+use crate::grpc::{bounded, quote, refusal};
 
-/// The service: the patcher and the log.
-struct Hook<P> {
-    patcher: Arc<P>,
-    log: fn(&str),
+/// The DomainHookService vp2p serves: the patcher and the log.
+pub struct Hook<P> {
+    pub(crate) patcher: Arc<P>,
+    pub(crate) log: fn(&str),
 }
 
 /// Serves until SIGTERM or SIGINT, then removes the socket.
@@ -79,7 +80,11 @@ const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 fn vmi_name(vmi: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(vmi).unwrap_or_default();
     let s = |p: &str| v.pointer(p).and_then(|x| x.as_str()).unwrap_or("?");
-    format!("{}/{}", s("/metadata/namespace"), s("/metadata/name"))
+    bounded(&format!(
+        "{}/{}",
+        s("/metadata/namespace"),
+        s("/metadata/name")
+    ))
 }
 
 /// `bytes` as UTF-8, or why not (naming `field`).
@@ -87,9 +92,10 @@ fn text(bytes: Vec<u8>, field: &str) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| format!("{field} is not UTF-8: {e}"))
 }
 
-/// A metadata value: `s` on one line of printable ASCII.
+/// A metadata value: `s` on one line of printable ASCII, bounded as a
+/// status message is.
 fn header(s: &str) -> Option<MetadataValue<tonic::metadata::Ascii>> {
-    let line: String = s
+    let line: String = bounded(s)
         .chars()
         .map(|c| if c.is_ascii_graphic() { c } else { ' ' })
         .collect();
@@ -106,11 +112,11 @@ impl<P: DomainPatcher> DomainHookService for Hook<P> {
         let req = req.into_inner();
         if req.domain_type != DOMAIN_TYPE_LIBVIRT {
             let e = format!(
-                "domain_type '{}' is not one vp2p patches (only '{DOMAIN_TYPE_LIBVIRT}')",
-                req.domain_type
+                "domain_type {} is not one vp2p patches (only {DOMAIN_TYPE_LIBVIRT:?})",
+                quote(&req.domain_type)
             );
             log(&e);
-            return Err(Status::invalid_argument(e));
+            return Err(refusal(Code::InvalidArgument, &e));
         }
         let named = req
             .sidecar_context
@@ -118,17 +124,18 @@ impl<P: DomainPatcher> DomainHookService for Hook<P> {
             .map_or("", |c| c.invocation_context.as_str());
         let Some(context) = InvocationContext::parse(named) else {
             let e = format!(
-                "sidecar_context.invocation_context '{named}' is not one KubeVirt defines \
-                 (Boot, MigrationSource, MigrationTarget)"
+                "sidecar_context.invocation_context {} is not one KubeVirt defines \
+                 (Boot, MigrationSource, MigrationTarget)",
+                quote(named)
             );
             log(&e);
-            return Err(Status::invalid_argument(e));
+            return Err(refusal(Code::InvalidArgument, &e));
         };
         let (domain, vmi) = match (text(req.domain, "domain"), text(req.vmi, "vmi")) {
             (Ok(d), Ok(v)) => (d, v),
             (Err(e), _) | (_, Err(e)) => {
                 log(&e);
-                return Err(Status::invalid_argument(e));
+                return Err(refusal(Code::InvalidArgument, &e));
             }
         };
         let who = vmi_name(&vmi);
@@ -159,8 +166,9 @@ impl<P: DomainPatcher> DomainHookService for Hook<P> {
             }
             Outcome::Kept { reason } => {
                 log(&format!(
-                    "{who}: error: {reason}; the domain passes unchanged, without P2P cliques \
-                     (annotate the VMI with vp2p.io/on-error: fail to stop it instead)"
+                    "{who}: error: {}; the domain passes unchanged, without P2P cliques \
+                     (annotate the VMI with vp2p.io/on-error: fail to stop it instead)",
+                    bounded(&reason)
                 ));
                 let mut resp = Response::new(MutateDomainResponse {
                     domain: domain.into_bytes(),
@@ -171,8 +179,8 @@ impl<P: DomainPatcher> DomainHookService for Hook<P> {
                 Ok(resp)
             }
             Outcome::Refused { reason } => {
-                log(&format!("{who}: error: {reason}"));
-                Err(Status::failed_precondition(reason))
+                log(&format!("{who}: error: {}", bounded(&reason)));
+                Err(refusal(Code::FailedPrecondition, &reason))
             }
         }
     }

@@ -1,12 +1,15 @@
-//! The kubelet's device plugin API, v1beta1 (k8s.io/kubelet,
-//! `pkg/apis/deviceplugin/v1beta1/api.proto`, copied beside this file as
-//! `v1beta1.proto`): messages and both services, without protoc.
+//! The kubelet's device plugin API, v1beta1, as the device plugin uses it:
+//! the messages and both services (the kubelet's Registration, the plugin's
+//! DevicePlugin), client and server, generated from
+//! host/proto/kubelet_deviceplugin_v1beta1.proto ([`crate::grpc`]), and the
+//! API's fixed names.
 
-mod messages;
-mod service;
-
-pub use messages::*;
-pub use service::*;
+pub use crate::grpc::connect_unix;
+pub use crate::grpc::kubelet_v1beta1::device_plugin_client::DevicePluginClient;
+pub use crate::grpc::kubelet_v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
+pub use crate::grpc::kubelet_v1beta1::registration_client::RegistrationClient;
+pub use crate::grpc::kubelet_v1beta1::registration_server::{Registration, RegistrationServer};
+pub use crate::grpc::kubelet_v1beta1::*;
 
 /// The API version a plugin registers with.
 pub const VERSION: &str = "v1beta1";

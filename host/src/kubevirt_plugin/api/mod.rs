@@ -1,13 +1,18 @@
-//! KubeVirt's plugin hook API, v1alpha1 (kubevirt/kubevirt,
-//! `pkg/hooks/plugins/v1alpha1/api.proto` at v1.9.0, copied beside this file
-//! as `v1alpha1.proto`): DomainHookService's messages and both of its sides,
-//! without protoc.
+//! KubeVirt's plugin hook API, v1alpha1, as the plugin hook uses it:
+//! DomainHookService's messages, client and server, generated from
+//! host/proto/kubevirt_hooks_v1alpha1.proto ([`crate::grpc`]), and the
+//! API's fixed names and values.
 
-mod messages;
-mod service;
+pub use crate::grpc::connect_unix;
+pub use crate::grpc::kubevirt_hooks_v1alpha1::domain_hook_service_client::DomainHookServiceClient;
+pub use crate::grpc::kubevirt_hooks_v1alpha1::domain_hook_service_server::{
+    DomainHookService, DomainHookServiceServer,
+};
+pub use crate::grpc::kubevirt_hooks_v1alpha1::*;
 
-pub use messages::*;
-pub use service::*;
+/// The gRPC path of MutateDomain.
+pub const MUTATE_DOMAIN_PATH: &str =
+    "/kubevirt.hooks.plugins.v1alpha1.DomainHookService/MutateDomain";
 
 /// The only `domain_type` virt-launcher sends.
 pub const DOMAIN_TYPE_LIBVIRT: &str = "libvirt";
