@@ -226,4 +226,3 @@ pub fn start_plugin_with(dir: &Path, tree: &Path, policy: &[&str]) -> Plugin {
         .unwrap();
     Plugin(child)
 }
-

@@ -74,7 +74,10 @@ fn kubevirt_page_names_the_device_plugins_options_as_its_help_does() {
         let denies = ["not options", "not an option", "has no `--"]
             .iter()
             .any(|d| sentence.contains(d));
-        let named: Vec<&String> = want.iter().filter(|f| sentence.contains(f.as_str())).collect();
+        let named: Vec<&String> = want
+            .iter()
+            .filter(|f| sentence.contains(f.as_str()))
+            .collect();
         assert!(
             !(denies && !named.is_empty()),
             "docs/kubevirt.md says {named:?} are not options: {sentence}"
