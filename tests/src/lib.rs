@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 pub mod ch_contract;
 pub mod ch_server;
+pub mod dra_kubelet;
 pub mod e2e;
 pub mod emitted;
 pub mod grpc_wire;
