@@ -1,6 +1,8 @@
 //! `p2p-host dra`: the Dynamic Resource Allocation side. `dra slices` prints,
 //! without a cluster and without an async runtime, the ResourceSlices
-//! (`resource.k8s.io/v1`) the vp2p DRA driver would publish for this node.
+//! (`resource.k8s.io/v1`) the vp2p DRA driver would publish for this node;
+//! `dra driver` runs the driver's kubelet plugin (p2p_host::dra_driver, the
+//! one command here that starts a runtime).
 
 use std::path::PathBuf;
 

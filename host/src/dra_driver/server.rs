@@ -63,12 +63,14 @@ pub struct DraService {
     pub driver: Arc<Driver>,
 }
 
-fn claim_ref(namespace: String, name: String, uid: String) -> Result<ClaimRef, Status> {
+/// The claim the kubelet names; a claim without a uid makes the whole call
+/// malformed (its answer could not be keyed), refused as INVALID_ARGUMENT.
+fn claim_ref(namespace: String, name: String, uid: String) -> Result<ClaimRef, Box<Status>> {
     if uid.is_empty() {
-        return Err(refusal(
+        return Err(Box::new(refusal(
             tonic::Code::InvalidArgument,
             &format!("claim {}/{}: no uid", quote(&namespace), quote(&name)),
-        ));
+        )));
     }
     Ok(ClaimRef {
         namespace,
@@ -113,7 +115,8 @@ macro_rules! dra_service {
                     .claims
                     .into_iter()
                     .map(|c| claim_ref(c.namespace, c.name, c.uid))
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| *e)?;
                 let mut out = HashMap::new();
                 for (c, r) in each(&self.driver, claims, Driver::prepare).await? {
                     let entry = match r {
@@ -149,7 +152,8 @@ macro_rules! dra_service {
                     .claims
                     .into_iter()
                     .map(|c| claim_ref(c.namespace, c.name, c.uid))
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| *e)?;
                 let mut out = HashMap::new();
                 for (c, r) in each(&self.driver, claims, Driver::unprepare).await? {
                     let error = r.err().map(|e| crate::grpc::bounded(&e.0)).unwrap_or_default();
