@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 pub mod ch_contract;
+pub mod apiserver;
 pub mod ch_server;
 pub mod dra_kubelet;
 pub mod e2e;

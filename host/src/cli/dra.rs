@@ -70,11 +70,20 @@ pub struct DriverArgs {
     /// into containers by the CDI spec).
     #[arg(long, value_name = "DIR", default_value = "/var/run/vp2p/dra-metadata")]
     metadata_dir: PathBuf,
-    /// Where claims are read: <DIR>/<namespace>/<name>.json, ResourceClaim
-    /// objects as the API server serves them (the API server itself is not
-    /// read yet).
+    /// Read claims from <DIR>/<namespace>/<name>.json (ResourceClaim objects
+    /// as the API server serves them) and publish nothing: a node without
+    /// the API server. Without it claims are read from the API server and
+    /// the node's ResourceSlices published there.
     #[arg(long, value_name = "DIR")]
-    claims_dir: PathBuf,
+    claims_dir: Option<PathBuf>,
+    /// The kubeconfig to reach the API server with; in a pod the service
+    /// account's credentials are used without it.
+    #[arg(long, value_name = "FILE", env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// How often the node's devices are checked for changes (a change is
+    /// published as a new pool generation), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    resync_ms: u64,
     /// Bind every endpoint of a claimed device's IOMMU group to vfio-pci at
     /// prepare (driver_override), and give them back at unprepare; without
     /// it a group not wholly on vfio-pci is refused.
@@ -125,7 +134,7 @@ pub fn run(args: DraArgs) -> anyhow::Result<()> {
 }
 
 fn driver(args: DriverArgs) -> anyhow::Result<()> {
-    use p2p_host::dra_driver::{ClaimDir, Settings};
+    use p2p_host::dra_driver::{Settings, Source};
     let mut s = Settings::new(&args.node_name, &args.driver_name, &args.kubelet_root);
     s.sysfs_root = args.sysfs_root;
     if let Some(prefix) = args.gpu_class {
@@ -145,7 +154,14 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
     if let Some(p) = args.checkpoint {
         s.checkpoint = p;
     }
-    p2p_host::dra_driver::run(s, Box::new(ClaimDir(args.claims_dir)))?;
+    let source = match args.claims_dir {
+        Some(dir) => Source::Dir(dir),
+        None => Source::Cluster {
+            kubeconfig: args.kubeconfig,
+            resync: std::time::Duration::from_millis(args.resync_ms.max(1)),
+        },
+    };
+    p2p_host::dra_driver::run(s, source)?;
     Ok(())
 }
 

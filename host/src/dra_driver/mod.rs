@@ -6,9 +6,15 @@
 //! metadata written atomically, a checkpoint so a restart neither loses nor
 //! doubles a preparation.
 //!
+//! With the API server ([`serve_cluster`]) it also publishes the node's
+//! ResourceSlices, publishes them again with a new pool generation when the
+//! devices change, removes them on shutdown, and reads the claims there.
+//!
 //! [`prepare`] is the node side without gRPC, [`server`] the services,
-//! [`claims`] where claims are read, [`vfio`] binding, [`cdi`] the spec.
+//! [`claims`] where claims are read, [`api_server`] the API side, [`vfio`]
+//! binding, [`cdi`] the spec.
 
+pub mod api_server;
 pub mod cdi;
 pub mod checkpoint;
 pub mod claims;
@@ -190,9 +196,122 @@ pub async fn serve(
     Ok(())
 }
 
+/// The node's slices now, at pool generation `generation`.
+pub fn build(
+    settings: &Settings,
+    generation: i64,
+) -> Result<p2p_shared::dra::Publication, String> {
+    let root = crate::sysfs::SysfsRoot::new(&settings.sysfs_root)
+        .map_err(|e| format!("{}: {e}", settings.sysfs_root.display()))?;
+    let topo = crate::sysfs::scan(&root).map_err(|e| format!("reading sysfs: {e}"))?;
+    let mut opts =
+        p2p_shared::dra::SliceOptions::new(&settings.node_name, &settings.driver_name, &settings.selector);
+    opts.bind = settings.bind;
+    opts.generation = generation;
+    p2p_shared::dra::build_slices(&topo, &opts).map_err(|e| e.to_string())
+}
+
+/// Publishes the node's slices whenever its devices differ from those last
+/// published (a GPU bound, unbound, appeared or gone: a new pool
+/// generation), checking every `resync`, until `stop`; an API server that
+/// fails is retried at the next check.
+async fn publish_loop(
+    api: api_server::ApiServer,
+    settings: Settings,
+    resync: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let (node, driver, log) = (
+        settings.node_name.clone(),
+        settings.driver_name.clone(),
+        settings.log,
+    );
+    let mut generation = match api.generation(&node, &driver).await {
+        Ok(g) => g,
+        Err(e) => {
+            log(&format!("reading the published generation: {e}"));
+            0
+        }
+    };
+    let mut last: Option<Vec<p2p_shared::dra::Device>> = None;
+    loop {
+        let s = settings.clone();
+        let next = generation + 1;
+        match tokio::task::spawn_blocking(move || build(&s, next)).await {
+            Ok(Ok(publication)) => {
+                let devices: Vec<_> = publication.devices().cloned().collect();
+                if last.as_ref() != Some(&devices) {
+                    // The generation advances only once published: a retry
+                    // after a failure publishes the same one.
+                    match api.publish(&node, &driver, &publication.slices).await {
+                        Ok(()) => {
+                            generation = next;
+                            log(&format!(
+                                "published {} device(s) in {} slice(s), pool generation {generation}",
+                                devices.len(),
+                                publication.slices.len()
+                            ));
+                            last = Some(devices);
+                        }
+                        Err(e) => log(&format!("publishing: {e} (retried in {resync:?})")),
+                    }
+                }
+            }
+            Ok(Err(e)) => log(&format!("building the slices: {e}")),
+            Err(e) => log(&format!("building the slices: {e}")),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(resync) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+/// [`serve`] with the API server: claims read there, the slices published
+/// (every `resync`, when they change) and removed when `shutdown` resolves.
+pub async fn serve_cluster(
+    settings: Settings,
+    api: api_server::ApiServer,
+    resync: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DriverError> {
+    let claims = api_server::ApiClaims {
+        api: api.clone(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let publisher = tokio::spawn(publish_loop(api.clone(), settings.clone(), resync, stop_rx));
+    let served = serve(settings.clone(), Box::new(claims), async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    })
+    .await;
+    let _ = publisher.await;
+    match api.remove(&settings.node_name, &settings.driver_name).await {
+        Ok(n) => (settings.log)(&format!("removed {n} ResourceSlice(s)")),
+        Err(e) => (settings.log)(&format!("removing the slices: {e}")),
+    }
+    served
+}
+
+/// Where claims come from, and whether slices are published.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// ResourceClaim objects in a directory; nothing published.
+    Dir(PathBuf),
+    /// The API server (in cluster, or this kubeconfig): claims read there,
+    /// slices published, checked for changes every `resync`.
+    Cluster {
+        /// A kubeconfig, or none for the pod's own credentials.
+        kubeconfig: Option<PathBuf>,
+        /// How often the devices are checked for changes.
+        resync: Duration,
+    },
+}
+
 /// Serves until SIGTERM or SIGINT, on a runtime of its own (the one
 /// runtime of the process).
-pub fn run(settings: Settings, claims: Box<dyn ClaimSource>) -> Result<(), DriverError> {
+pub fn run(settings: Settings, source: Source) -> Result<(), DriverError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -204,6 +323,14 @@ pub fn run(settings: Settings, claims: Box<dyn ClaimSource>) -> Result<(), Drive
                 _ = tokio::signal::ctrl_c() => {}
             }
         };
-        serve(settings, claims, shutdown).await
+        match source {
+            Source::Dir(dir) => serve(settings, Box::new(ClaimDir(dir)), shutdown).await,
+            Source::Cluster { kubeconfig, resync } => {
+                let api = api_server::ApiServer::connect(kubeconfig.as_deref())
+                    .await
+                    .map_err(|e| DriverError::Setup(e.to_string()))?;
+                serve_cluster(settings, api, resync, shutdown).await
+            }
+        }
     })
 }
