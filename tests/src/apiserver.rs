@@ -65,9 +65,15 @@ fn field_selector(query: &str) -> Vec<(String, String)> {
         .split('&')
         .filter_map(|kv| kv.strip_prefix("fieldSelector="))
         .flat_map(|v| {
-            let v = v.replace("%3D", "=").replace("%2C", ",").replace("%2F", "/");
+            let v = v
+                .replace("%3D", "=")
+                .replace("%2C", ",")
+                .replace("%2F", "/");
             v.split(',')
-                .filter_map(|p| p.split_once('=').map(|(a, b)| (a.to_string(), b.to_string())))
+                .filter_map(|p| {
+                    p.split_once('=')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                })
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -105,7 +111,11 @@ impl State {
                 if method == "GET" {
                     return match self.claims.get(&(ns.to_string(), name.to_string())) {
                         Some(c) => (200, c.clone()),
-                        None => status(404, "NotFound", &format!("resourceclaims.resource.k8s.io \"{name}\" not found")),
+                        None => status(
+                            404,
+                            "NotFound",
+                            &format!("resourceclaims.resource.k8s.io \"{name}\" not found"),
+                        ),
                     };
                 }
             }
@@ -115,14 +125,26 @@ impl State {
             match method {
                 "GET" => {
                     let sel = field_selector(query);
-                    let items: Vec<Value> = self.slices.values().filter(|s| matches(s, &sel)).cloned().collect();
-                    return (200, json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
-                                        "metadata": {"resourceVersion": self.version.to_string()}, "items": items}));
+                    let items: Vec<Value> = self
+                        .slices
+                        .values()
+                        .filter(|s| matches(s, &sel))
+                        .cloned()
+                        .collect();
+                    return (
+                        200,
+                        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+                                        "metadata": {"resourceVersion": self.version.to_string()}, "items": items}),
+                    );
                 }
                 "POST" => {
                     let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
                     if self.slices.contains_key(&name) {
-                        return status(409, "AlreadyExists", &format!("resourceslices.resource.k8s.io \"{name}\" already exists"));
+                        return status(
+                            409,
+                            "AlreadyExists",
+                            &format!("resourceslices.resource.k8s.io \"{name}\" already exists"),
+                        );
                     }
                     self.version += 1;
                     let mut obj = body;
@@ -137,7 +159,11 @@ impl State {
         if let Some(name) = p.strip_prefix(&format!("{SLICES}/")) {
             let name = name.to_string();
             return match (method, self.slices.get(&name).cloned()) {
-                (_, None) => status(404, "NotFound", &format!("resourceslices.resource.k8s.io \"{name}\" not found")),
+                (_, None) => status(
+                    404,
+                    "NotFound",
+                    &format!("resourceslices.resource.k8s.io \"{name}\" not found"),
+                ),
                 ("GET", Some(s)) => (200, s),
                 ("PUT", Some(s)) => {
                     if body["metadata"]["resourceVersion"] != s["metadata"]["resourceVersion"] {
@@ -188,20 +214,34 @@ fn serve_connection(stream: TcpStream, state: Arc<Mutex<State>>) {
             .headers
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-            .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok())
+            .and_then(|h| {
+                std::str::from_utf8(h.value)
+                    .ok()?
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+            })
             .unwrap_or(0);
         let mut body = vec![0; len];
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        let body: Value = if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap_or(Value::Null) };
+        let body: Value = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&body).unwrap_or(Value::Null)
+        };
         let (code, answer) = state.lock().unwrap().answer(&method, &path, body);
         let text = answer.to_string();
         let head = format!(
             "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             text.len()
         );
-        if out.write_all(head.as_bytes()).and_then(|()| out.write_all(text.as_bytes())).is_err() {
+        if out
+            .write_all(head.as_bytes())
+            .and_then(|()| out.write_all(text.as_bytes()))
+            .is_err()
+        {
             return;
         }
     }

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-pub mod ch_contract;
 pub mod apiserver;
+pub mod ch_contract;
 pub mod ch_server;
 pub mod dra_kubelet;
 pub mod e2e;

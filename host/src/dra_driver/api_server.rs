@@ -102,13 +102,16 @@ impl ApiServer {
     }
 
     /// The driver's slices of `node` now on the API server.
-    pub async fn published(&self, node: &str, driver: &str) -> Result<Vec<k8s::ResourceSlice>, ApiError> {
-        let lp = ListParams::default().fields(&format!("spec.nodeName={node},spec.driver={driver}"));
-        let list = self
-            .slices()
-            .list(&lp)
-            .await
-            .map_err(request(format!("listing the ResourceSlices of node {node}")))?;
+    pub async fn published(
+        &self,
+        node: &str,
+        driver: &str,
+    ) -> Result<Vec<k8s::ResourceSlice>, ApiError> {
+        let lp =
+            ListParams::default().fields(&format!("spec.nodeName={node},spec.driver={driver}"));
+        let list = self.slices().list(&lp).await.map_err(request(format!(
+            "listing the ResourceSlices of node {node}"
+        )))?;
         // The field selector is the server's to apply; a server that ignores
         // it must not make us delete another driver's slices.
         Ok(list
@@ -131,7 +134,12 @@ impl ApiServer {
 
     /// Publishes `slices` (all of one pool): each created, or replaced when
     /// it exists; the driver's other slices of the node deleted after.
-    pub async fn publish(&self, node: &str, driver: &str, slices: &[ResourceSlice]) -> Result<(), ApiError> {
+    pub async fn publish(
+        &self,
+        node: &str,
+        driver: &str,
+        slices: &[ResourceSlice],
+    ) -> Result<(), ApiError> {
         let api = self.slices();
         let pp = PostParams::default();
         for s in slices {
@@ -154,7 +162,9 @@ impl ApiServer {
         }
         let keep: Vec<&str> = slices.iter().map(|s| s.metadata.name.as_str()).collect();
         for old in self.published(node, driver).await? {
-            let Some(name) = old.metadata.name else { continue };
+            let Some(name) = old.metadata.name else {
+                continue;
+            };
             if !keep.contains(&name.as_str()) {
                 self.delete(&name).await?;
             }
@@ -187,7 +197,10 @@ impl ApiServer {
     pub async fn claim(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ApiError> {
         let api: Api<k8s::ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
         let what = format!("ResourceClaim {namespace}/{name}");
-        let obj = api.get(name).await.map_err(request(format!("reading {what}")))?;
+        let obj = api
+            .get(name)
+            .await
+            .map_err(request(format!("reading {what}")))?;
         convert(&what, &obj)
     }
 }

@@ -183,29 +183,61 @@ pub async fn serve(
         settings.dra_socket.display(),
         settings.registration_socket.display()
     ));
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let (a, b) = tokio::join!(dra_server, reg_server);
+    let mut dra_task = tokio::spawn(dra_server);
+    let mut reg_task = tokio::spawn(reg_server);
+    let early = tokio::select! {
+        _ = shutdown => None,
+        r = &mut dra_task => Some(r),
+        r = &mut reg_task => Some(r),
+    };
+    let _ = stop_tx.send(true);
+    // The kubelet keeps its connections open: the servers get a grace
+    // period to finish the calls in flight, then are dropped, so that a
+    // SIGTERM is followed by the slices' removal before the pod's own grace
+    // period ends.
+    let result = match early {
+        Some(r) => r,
+        None => {
+            let both = async {
+                let a = (&mut dra_task).await;
+                let b = (&mut reg_task).await;
+                a.and(b)
+            };
+            match tokio::time::timeout(SHUTDOWN_GRACE, both).await {
+                Ok(r) => r,
+                Err(_) => {
+                    dra_task.abort();
+                    reg_task.abort();
+                    (settings.log)(&format!(
+                        "connections still open {SHUTDOWN_GRACE:?} after the stop: closed"
+                    ));
+                    Ok(Ok(()))
+                }
+            }
+        }
+    };
     for p in [&settings.registration_socket, &settings.dra_socket] {
         let _ = std::fs::remove_file(p);
     }
-    a?;
-    b?;
-    Ok(())
+    match result {
+        Ok(r) => r.map_err(DriverError::from),
+        Err(e) => Err(DriverError::Io(std::io::Error::other(e))),
+    }
 }
 
+/// How long calls in flight may take once the driver is told to stop.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// The node's slices now, at pool generation `generation`.
-pub fn build(
-    settings: &Settings,
-    generation: i64,
-) -> Result<p2p_shared::dra::Publication, String> {
+pub fn build(settings: &Settings, generation: i64) -> Result<p2p_shared::dra::Publication, String> {
     let root = crate::sysfs::SysfsRoot::new(&settings.sysfs_root)
         .map_err(|e| format!("{}: {e}", settings.sysfs_root.display()))?;
     let topo = crate::sysfs::scan(&root).map_err(|e| format!("reading sysfs: {e}"))?;
-    let mut opts =
-        p2p_shared::dra::SliceOptions::new(&settings.node_name, &settings.driver_name, &settings.selector);
+    let mut opts = p2p_shared::dra::SliceOptions::new(
+        &settings.node_name,
+        &settings.driver_name,
+        &settings.selector,
+    );
     opts.bind = settings.bind;
     opts.generation = generation;
     p2p_shared::dra::build_slices(&topo, &opts).map_err(|e| e.to_string())
