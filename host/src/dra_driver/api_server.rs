@@ -27,8 +27,8 @@ pub enum ApiError {
     Request {
         /// What was asked.
         what: String,
-        /// The cause.
-        source: kube::Error,
+        /// The cause (boxed: kube's error is large).
+        source: Box<kube::Error>,
     },
     /// An object did not convert between vp2p's types and the API's.
     #[error("{what}: {source}")]
@@ -54,7 +54,10 @@ impl std::fmt::Debug for ApiServer {
 
 fn request(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
     let what = what.into();
-    move |source| ApiError::Request { what, source }
+    move |source| ApiError::Request {
+        what,
+        source: Box::new(source),
+    }
 }
 
 fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(
