@@ -7,6 +7,8 @@
 #   scripts/fuzz.sh overlay 600           # config bytes + guest reads and writes
 #   scripts/fuzz.sh serve 600             # one client per input against p2p-host serve
 #   scripts/fuzz.sh dma_windows 600       # serve vfio='s DMA windows under map/unmap sequences
+#   scripts/fuzz.sh nccl_xml 600          # NCCL topology files into the reader and NCCL's model
+#   scripts/fuzz.sh serve_conf 600        # serve --gpus-from's conf parser on any text
 #   scripts/fuzz.sh device_plugin 600     # each device-plugin gRPC handler, requests from bytes
 #   scripts/fuzz.sh plugin_hook 600       # MutateDomain: requests from bytes, mutated real domains
 #   scripts/fuzz.sh seed                  # only (re)write the seed corpora
@@ -129,6 +131,37 @@ seed_serve() {
     echo "serve: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
+# NCCL XML seeds: every XML file holding a <system element under the fixtures,
+# the docs' examples and the recorded runs (NCCL's topology files and dumps; a
+# libvirt domain's smbios <system> matches too), whole and cut in half.
+seed_nccl_xml() {
+    local corpus=$1 f work
+    work=$(mktemp -d)
+    while IFS= read -r f; do
+        grep -q '<system' "$f" || continue
+        add_seed "$f" "$corpus" file
+        head -c $(($(stat -c %s "$f") / 2)) "$f" >"$work/cut" && add_seed "$work/cut" "$corpus" cut
+    done < <(find ${FUZZ_FIXTURES:-$root/tests/fixtures} "$root/docs/examples" "$root/docs/results" -name '*.xml' -type f)
+    rm -rf "$work"
+    echo "nccl_xml: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
+
+# Serve conf seeds: the packaged example, a vfio= line, a socket given twice,
+# a socket path of 107 and of 108 bytes.
+seed_serve_conf() {
+    local corpus=$1 f long
+    f=$(mktemp)
+    add_seed "$root/host/packaging/serve.conf" "$corpus" example
+    printf 'socket=/run/vp2p/vm1/e.sock,vfio=0000:00:03.0,clique=2,allow-non-nvidia # edu\n' >"$f" && add_seed "$f" "$corpus" vfio
+    printf 'socket=/run/a.sock,config=/c,clique=1\nsocket=/run/a.sock,config=/d,clique=2,resource=/r,max-bar=256M,any-offset=off\n' >"$f" && add_seed "$f" "$corpus" twice
+    long=$(printf 's%.0s' $(seq 97))
+    printf 'socket=/run/%s.sock,config=/c,clique=3\n' "$long" >"$f" && add_seed "$f" "$corpus" fits
+    printf 'socket=/run/%sx.sock,config=/c,clique=3\n' "$long" >"$f" && add_seed "$f" "$corpus" toolong
+    rm -f "$f"
+    echo "serve_conf: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
+
 # A length-delimited protobuf field: key byte $1 (number << 3 | 2), then the
 # length of $2 (under 128 bytes: one varint byte) and $2, as printf %b text.
 ld() { printf '\\x%02x\\x%02x%s' "$1" "${#2}" "$2"; }
@@ -172,13 +205,16 @@ seed_plugin_hook() {
     echo "plugin_hook: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
+
 seed() {
     mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows" \
-        "$fuzz/corpus/device_plugin" "$fuzz/corpus/plugin_hook"
+        "$fuzz/corpus/nccl_xml" "$fuzz/corpus/serve_conf" "$fuzz/corpus/device_plugin" "$fuzz/corpus/plugin_hook"
     seed_walkers "$fuzz/corpus/walkers"
     seed_capability "$fuzz/corpus/capability"
     seed_overlay "$fuzz/corpus/overlay"
     seed_serve "$fuzz/corpus/serve"
+    seed_nccl_xml "$fuzz/corpus/nccl_xml"
+    seed_serve_conf "$fuzz/corpus/serve_conf"
     seed_device_plugin "$fuzz/corpus/device_plugin"
     seed_plugin_hook "$fuzz/corpus/plugin_hook"
 }
@@ -191,10 +227,12 @@ case "$target" in
     # The server lives for the whole run: its threads and buffers are no leak.
     serve) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
     dma_windows) max_len=2600 ;; # 100 DMA_MAP / DMA_UNMAP records of 26 bytes
+    nccl_xml) max_len=8192 ;; # the recorded files are 0.2 to 2 KB
+    serve_conf) max_len=8192 ;; # a few dozen lines, some past the 107-byte socket limit
     # The plugins' services live for the whole run (tokio's runtime, the tree).
     device_plugin) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
     plugin_hook) max_len=16384; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;; # twice the largest domain
-    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, device_plugin, plugin_hook, seed)" >&2; exit 2 ;;
+    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, nccl_xml, serve_conf, device_plugin, plugin_hook, seed)" >&2; exit 2 ;;
 esac
 
 ensure_cargo_fuzz

@@ -46,6 +46,9 @@ print(f"best SM copy: {k} read {best[k]['sm-read']:.1f} write {best[k]['sm-write
 PY
 ) || echo "no tuning result: keeping $variant ${blocks}x$threads"
     local sm=(--sm-kernel "$variant" --sm-blocks-per-sm "$blocks" --sm-threads "$threads")
+    echo "== doctor (one verdict for the machine; its exit status is the verdict)"
+    "$b" doctor --no-progress | tee "$out/doctor.txt" || true
+    "$b" doctor --no-progress --json > "$out/doctor.json" || true
     echo "== GPU tests"
     P2P_GUEST_BIN="$b" timeout 300 "$dir/gpu-tests" --ignored --test-threads=1 2>&1 | tee "$out/tests.txt"
     echo "== full bench (peer access as decided)"

@@ -13,6 +13,7 @@ fn git(args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Prints the commit stamp for cargo (called by the crates' build scripts).
 pub fn main() {
     println!("cargo:rerun-if-env-changed=VP2P_COMMIT");
     let commit = match std::env::var("VP2P_COMMIT") {

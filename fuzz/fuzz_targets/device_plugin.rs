@@ -115,7 +115,11 @@ fuzz_target!(|data: &[u8]| {
             }
             1 => {
                 let Ok(req) = Empty::decode(body) else { return };
-                let mut s = plugin.list_and_watch(Request::new(req)).await.unwrap().into_inner();
+                let mut s = plugin
+                    .list_and_watch(Request::new(req))
+                    .await
+                    .unwrap()
+                    .into_inner();
                 let first = s.next().await.expect("a first list").unwrap();
                 assert_eq!(first.devices.len(), GPUS.len());
             }

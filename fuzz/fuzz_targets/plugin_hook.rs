@@ -76,9 +76,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let sent = req.domain.clone();
     let t = target();
-    let answer = t
-        .runtime
-        .block_on(t.hook.mutate_domain(Request::new(req)));
+    let answer = t.runtime.block_on(t.hook.mutate_domain(Request::new(req)));
     match answer {
         Ok(r) => assert_eq!(r.into_inner().domain, sent),
         Err(e) => assert!(e.message().len() <= MAX_MESSAGE, "{}", e.message().len()),

@@ -2,4 +2,5 @@
 //! the same modules with `#[path]`, so both check one list.
 
 pub mod capability;
+pub mod nccl_xml;
 pub mod walkers;

@@ -523,3 +523,66 @@ fn explain_confirm_matches_nccl_on_two_gpus() {
         .unwrap();
     }
 }
+
+/// `p2p-guest doctor` live. On a machine of one GPU: the GPU checked with
+/// itself (the verify core's 6 checks and a device-local copy-engine copy,
+/// every byte arrived), no pair, verdict OK, exit 0, and the text says
+/// "no pair". With more GPUs: every pair the driver allows was checked with
+/// data and measured, and the exit status is the report's own.
+#[test]
+#[ignore = "needs an NVIDIA GPU and its driver: run scripts/gpu.sh build here, then the test binary on a GPU VM"]
+fn doctor_on_the_gpus_of_this_machine() {
+    let out = Command::new(bin())
+        .args(["doctor", "--quick", "--json", "--no-progress"])
+        .output()
+        .expect("p2p-guest runs");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(v["schema"], "vp2p.doctor/1");
+    assert_eq!(
+        out.status.code(),
+        v["exit_code"].as_i64().map(|c| c as i32),
+        "{v:#}"
+    );
+    let gpus = v["gpus"].as_array().expect("gpus");
+    assert!(!gpus.is_empty(), "no GPU seen: {v:#}");
+    let not_checked = v["not_checked"].as_array().unwrap();
+    assert!(
+        !not_checked
+            .iter()
+            .any(|n| n["needs"].as_str().unwrap_or("").contains("NVIDIA driver")),
+        "the driver is here: {not_checked:?}"
+    );
+    if gpus.len() == 1 {
+        assert_eq!(v["verdict"], "ok", "{v:#}");
+        assert_eq!(out.status.code(), Some(0));
+        assert!(v["pairs"].as_array().unwrap().is_empty());
+        let s = &gpus[0]["self_check"];
+        assert_eq!(
+            s["data_checks"], 7,
+            "6 verify checks and the local copy: {v:#}"
+        );
+        assert_eq!(s["data_ok"], 7, "{v:#}");
+        assert!(s["local_ce_gbps"].as_f64().unwrap() > 0.0);
+        assert!(v["reason"].as_str().unwrap().contains("no pair"), "{v:#}");
+        let text = Command::new(bin())
+            .args(["doctor", "--quick", "--no-progress"])
+            .output()
+            .expect("p2p-guest runs");
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.starts_with("VERDICT: OK"), "{text}");
+        assert!(text.contains("No pair: one GPU"), "{text}");
+    } else {
+        for p in v["pairs"].as_array().unwrap() {
+            if p["driver"] == "allowed" {
+                assert_eq!(p["data_verified"], true, "{p:#}");
+                assert!(p["measured"]["ce_bi_gbps"].as_f64().unwrap() > 0.0, "{p:#}");
+                assert!(p["ratio"].as_f64().is_some(), "{p:#}");
+            }
+        }
+    }
+}

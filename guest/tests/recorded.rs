@@ -225,7 +225,7 @@ fn report_format_compare_recomputes_and_draws() {
     assert!(text.contains("ce unidirectional:") && text.contains("BW OVERHEAD"));
     let dir = tempfile_dir();
     let path = dir.join("compare.svg");
-    let panels = svg::draw(&base, &other, &c.base_label, &c.other_label, &path).unwrap();
+    let panels = svg::draw(&base, &other, &c, &path).unwrap();
     assert_eq!(
         panels, 12,
         "ce/sm-read/sm-write/staged/driver/nccl-pair x uni/bi"

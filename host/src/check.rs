@@ -43,6 +43,97 @@ pub fn parse_bars(text: &str) -> Vec<BarFacts> {
     out
 }
 
+/// The most bytes `check` reads of a kernel command line. Every architecture's
+/// `COMMAND_LINE_SIZE` is a few KiB; a file past this is not a command line.
+pub const CMDLINE_MAX: u64 = 64 * 1024;
+
+/// Why a kernel command line file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CmdlineFileError {
+    /// It could not be opened or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A device, FIFO, socket or directory (`/dev/zero` would never end).
+    #[error("{}: not a regular file but {kind}: give a captured /proc/cmdline", path.display())]
+    NotRegular {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What it is, in words.
+        kind: &'static str,
+    },
+    /// Longer than [`CMDLINE_MAX`].
+    #[error("{}: longer than {CMDLINE_MAX} bytes: not a kernel command line", path.display())]
+    TooLong {
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// Not UTF-8.
+    #[error("{}: not text (byte {offset} is not UTF-8)", path.display())]
+    NotText {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Offset of the first byte that is not UTF-8.
+        offset: usize,
+    },
+}
+
+/// Reads a kernel command line from `path` (a captured `/proc/cmdline`, or
+/// the live one), trimmed: a regular file of at most [`CMDLINE_MAX`] bytes.
+/// Opened without blocking, so a FIFO is refused rather than waited on.
+pub fn read_cmdline(path: &Path) -> Result<String, CmdlineFileError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let io = |source| CmdlineFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let t = file.metadata().map_err(io)?.file_type();
+    if !t.is_file() {
+        let kind = if t.is_dir() {
+            "a directory"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        return Err(CmdlineFileError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    // /proc/cmdline says size 0: the bound is on what is read, not on stat.
+    let mut bytes = Vec::new();
+    file.take(CMDLINE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > CMDLINE_MAX {
+        return Err(CmdlineFileError::TooLong {
+            path: path.to_path_buf(),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| CmdlineFileError::NotText {
+        path: path.to_path_buf(),
+        offset: e.utf8_error().valid_up_to(),
+    })?;
+    Ok(text.trim().to_string())
+}
+
 fn read_trimmed(p: &Path) -> Option<String> {
     fs::read_to_string(p).ok().map(|t| t.trim().to_string())
 }
@@ -68,7 +159,7 @@ pub fn host_facts(root: &SysfsRoot, topo: &Topology, devices: &[Bdf]) -> HostFac
     let live = root.is_live();
     let mut facts = HostFacts {
         cmdline: live
-            .then(|| read_trimmed(Path::new("/proc/cmdline")))
+            .then(|| read_cmdline(Path::new("/proc/cmdline")).ok())
             .flatten(),
         kernel_release: live
             .then(|| read_trimmed(Path::new("/proc/sys/kernel/osrelease")))

@@ -3,6 +3,7 @@
 mod cli;
 
 use clap::Parser;
+use p2p_host::serve::ServeError;
 
 fn main() {
     let args = cli::Cli::parse();
@@ -22,18 +23,31 @@ fn main() {
     }
 }
 
+/// Exit status when the chooser refuses the request (`allocate`, `plan --vm
+/// NAME=COUNT`): distinct from 2, a usage error clap reports, and from 1, a
+/// failure (an unreadable tree or file), so a script can tell "cannot be met"
+/// from "wrongly asked" and "broken".
+const REFUSED: i32 = 3;
+
 /// 78 (EX_CONFIG of sysexits.h) when a configuration file is missing or
-/// malformed, so a service manager can tell it from a failure worth a
-/// restart; 2 when the chooser refuses the request (unknown ids, too large,
-/// must-include not available, no clique with --strict); 1 otherwise.
+/// malformed, or serve's GPUs are ([`ServeError::is_config`]: a capture file,
+/// a socket path, a socket given twice), so a service manager can tell it
+/// from a failure worth a restart; [`REFUSED`] (3) when the chooser refuses
+/// the request (unknown ids, too large, must-include not available, no
+/// clique with --strict); 1 otherwise. clap exits 2 on a usage error before
+/// any of this runs.
 fn exit_status(e: &anyhow::Error) -> i32 {
-    if e.chain().any(|c| c.is::<p2p_host::serve::SpecFileError>()) {
+    if e.chain().any(|c| {
+        c.is::<p2p_host::serve::SpecFileError>()
+            || c.downcast_ref::<ServeError>()
+                .is_some_and(ServeError::is_config)
+    }) {
         78
     } else if e
         .chain()
         .any(|c| c.is::<p2p_shared::chooser::ChooseError>())
     {
-        2
+        REFUSED
     } else {
         1
     }

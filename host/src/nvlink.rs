@@ -130,7 +130,8 @@ pub fn read_map(path: &Path, gpus: &[Bdf]) -> Result<Vec<NvLink>, NvLinkError> {
         why,
     };
     let text = fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let file: MapFile = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+    let file: MapFile =
+        serde_json::from_str(&text).map_err(|e| err(p2p_shared::excerpt::json_error(&e)))?;
     let mut out: Vec<NvLink> = Vec::new();
     for (i, l) in file.links.iter().enumerate() {
         let parse = |s: &str| -> Result<Bdf, NvLinkError> {

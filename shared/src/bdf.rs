@@ -23,9 +23,9 @@ pub struct Bdf {
 
 /// Why a string is not a PCI address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{input}' is not a PCI address (want DDDD:BB:DD.F or BB:DD.F): {why}")]
+#[error("'{}' is not a PCI address (want DDDD:BB:DD.F or BB:DD.F): {why}", crate::excerpt::short(.input))]
 pub struct BdfParseError {
-    /// The string that was given, as typed.
+    /// The string that was given, as typed (the message quotes a short prefix).
     pub input: String,
     /// Which part of the address is malformed, in words.
     pub why: &'static str,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::bdf::Bdf;
 use crate::classify::{classify_functions, PathClass, PeerRoute};
 use crate::iommu_groups;
+use crate::kernel_cmdline;
 use crate::topology::Topology;
 
 /// Schema tag of `p2p-host check --json`.
@@ -142,9 +143,11 @@ fn item(
     }
 }
 
-/// The tokens of a kernel command line that decide the IOMMU verdicts
-/// (`iommu=`, `intel_iommu=`, `amd_iommu=`), in order, or what says none
-/// is there: what the evidence quotes instead of the whole line.
+/// The parameters of a kernel command line that decide the IOMMU verdicts
+/// (`iommu=`, `intel_iommu=`, `amd_iommu=`), in order, as the kernel reads
+/// them ([`kernel_cmdline::params`]: quotes group, `--` ends the kernel's
+/// part), or what says none is there: what the evidence quotes instead of the
+/// whole line.
 ///
 /// ```
 /// use p2p_shared::check::iommu_tokens;
@@ -153,15 +156,22 @@ fn item(
 ///     "intel_iommu=on iommu=pt"
 /// );
 /// assert_eq!(iommu_tokens("ro quiet"), "no iommu=, intel_iommu= or amd_iommu=");
+/// // Inside a quoted value, or after `--`, they are not the kernel's.
+/// assert_eq!(
+///     iommu_tokens("dyndbg=\"module vfio intel_iommu=on\" -- iommu=pt"),
+///     "no iommu=, intel_iommu= or amd_iommu="
+/// );
 /// ```
 pub fn iommu_tokens(cmdline: &str) -> String {
-    let tokens: Vec<&str> = cmdline
-        .split_whitespace()
-        .filter(|w| {
-            ["iommu=", "intel_iommu=", "amd_iommu="]
-                .iter()
-                .any(|k| w.starts_with(k))
+    let tokens: Vec<String> = kernel_cmdline::params(cmdline)
+        .iter()
+        .filter(|p| {
+            p.value.is_some()
+                && ["iommu", "intel_iommu", "amd_iommu"]
+                    .iter()
+                    .any(|k| p.is(k))
         })
+        .map(ToString::to_string)
         .collect();
     if tokens.is_empty() {
         "no iommu=, intel_iommu= or amd_iommu=".to_string()
@@ -198,7 +208,10 @@ fn host_items(topo: &Topology, facts: &HostFacts, vmm: Vmm, out: &mut Vec<CheckI
         .filter_map(|f| f.iommu_group)
         .collect();
     let cmd = facts.cmdline.as_deref();
-    let flag = |k: &str| cmd.is_some_and(|c| c.split_whitespace().any(|w| w == k));
+    let params = cmd.map(kernel_cmdline::params).unwrap_or_default();
+    let iommu_pt = params
+        .iter()
+        .any(|p| p.is("iommu") && p.value.as_deref() == Some("pt"));
     if groups.is_empty() {
         let fix = "turn the IOMMU on: intel_iommu=on (Intel) or amd_iommu=on (AMD) on the kernel command line, and VT-d/AMD-Vi in the firmware";
         out.push(match cmd {
@@ -238,7 +251,7 @@ fn host_items(topo: &Topology, facts: &HostFacts, vmm: Vmm, out: &mut Vec<CheckI
             "kernel command line not read (a captured tree has none)".into(),
             Some("run on the host itself to check iommu=pt"),
         )),
-        Some(c) if flag("iommu=pt") => out.push(item_quoting(
+        Some(c) if iommu_pt => out.push(item_quoting(
             "host",
             "iommu-mode",
             Verdict::Pass,

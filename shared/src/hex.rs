@@ -36,9 +36,10 @@ hex_width!(u8, u16, u32, u64);
 /// Text that is not a hex number of the width asked for. The message names
 /// the text and the width; the caller adds the file (and line, attribute).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{text}' is not a hex number of at most {bits} bits")]
+#[error("'{}' is not a hex number of at most {bits} bits", crate::excerpt::short(.text))]
 pub struct HexError {
-    /// The text, without the surrounding whitespace.
+    /// The text, without the surrounding whitespace (the message quotes a
+    /// short prefix).
     pub text: String,
     /// Bits of the width asked for.
     pub bits: u32,

@@ -5,6 +5,7 @@
 //! implementation of the capability codec, the config-space walkers, the
 //! topology model and the path classification.
 
+pub mod bare_metal;
 pub mod bdf;
 pub mod capability;
 pub mod check;
@@ -14,14 +15,17 @@ pub mod classify;
 pub mod cli_assets;
 pub mod clique;
 pub mod dra;
+pub mod excerpt;
 pub mod gpu;
 pub mod guest_layout;
 pub mod hex;
 pub mod iommu_groups;
+pub mod kernel_cmdline;
 pub mod nccl_rules;
 pub mod nccl_topo;
 pub mod pci;
 pub mod pcie_cost;
+pub mod picture;
 pub mod report;
 pub mod select;
 pub mod size;

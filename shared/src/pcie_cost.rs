@@ -334,3 +334,54 @@ pub fn cost_items(
         }
     }
 }
+
+/// What a peer route costs a copy, for people who see only the bandwidth
+/// (`p2p-guest doctor` in the VM): the likely cause and what to ask the
+/// host operator. The same knowledge as the `peer-path` item above, without
+/// the host's registers. None where the route costs nothing by itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RouteCost {
+    /// Why the route is slower than a direct one.
+    pub cause: String,
+    /// What to ask the host operator.
+    pub ask_host: String,
+}
+
+/// The cost of `route` for a copy between two passed-through GPUs;
+/// `ats_both`: ATS on at both GPUs (as far as known).
+pub fn route_cost(route: &PeerRoute, ats_both: bool) -> Option<RouteCost> {
+    let cost = |cause: String, ask: &str| {
+        Some(RouteCost {
+            cause,
+            ask_host: ask.to_string(),
+        })
+    };
+    match route {
+        PeerRoute::SameFunction => None,
+        PeerRoute::Switch { .. } if ats_both => None,
+        PeerRoute::Switch { at } => cost(
+            format!("the pair meets in the switch at {at} without ATS: untranslated requests reach the peer only through the root complex"),
+            "turn ATS on for both GPUs (firmware, DMAR ATSR / IVRS) or ACS P2P Request Redirect on at the switch's downstream ports; `p2p-host check` names the ports",
+        ),
+        PeerRoute::AcsRedirect { at, .. } => cost(
+            format!("ACS redirect sends every request up to the root complex to be translated, though the pair meets at {at}; the switch's own bandwidth stays unused"),
+            "turn ATS on at both GPUs and ACS Direct Translated P2P (control bit 6) on the redirecting ports (`setpci -s PORT ECAP_ACS+6.w=0040:0040`); `p2p-host check` lists them",
+        ),
+        PeerRoute::AcsUnknown { at, .. } => cost(
+            format!("the pair meets at {at}, but ACS on the path was not read: requests may climb to the root complex"),
+            "run `p2p-host check` as root on the host and send its peer-path item",
+        ),
+        PeerRoute::RootComplex { host_bridge } => cost(
+            format!("peer requests turn in root complex {host_bridge}, where the IOMMU translates them: the root complex's peer forwarding caps the copy"),
+            "give the VM GPUs that share a PCIe switch (with ATS and ACS Direct Translated P2P on), or GPUs joined by NVLink",
+        ),
+        PeerRoute::HostBridges | PeerRoute::UnknownNuma => cost(
+            "peer requests cross between host bridges of the root complex, the slowest PCIe peer path of a socket".into(),
+            "give the VM GPUs below one host bridge, ideally one PCIe switch",
+        ),
+        PeerRoute::Sockets => cost(
+            "peer requests cross the link between sockets (SYS), where PCIe peer copies run far below the link rate".into(),
+            "give the VM GPUs of one socket (one NUMA node), ideally below one PCIe switch",
+        ),
+    }
+}

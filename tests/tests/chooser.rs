@@ -306,7 +306,7 @@ fn plan_count_and_address_forms_mix() {
 }
 
 #[test]
-fn allocate_answers_and_refuses_with_exit_2() {
+fn allocate_answers_and_refuses_with_exit_3() {
     let tree = fixture_dir("qemu-11.1-two-socket-iommu-on").join("sysfs");
     let tree = tree.to_str().unwrap();
     let base = ["allocate", "--sysfs-root", tree, "--gpu-class", "0108"];
@@ -341,7 +341,7 @@ fn allocate_answers_and_refuses_with_exit_2() {
             args.extend(["--must-include", "0000:84:00.0"]);
         }
         let r = run("p2p-host", &args);
-        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert_eq!(r.code, Some(3), "{args:?}: {}", r.stderr);
         let want = if msg.is_empty() {
             "0000:84:00.0 must be included but is not available"
         } else {
@@ -399,7 +399,7 @@ fn fm_partitions_on_the_h200x4_tree() {
     );
     assert_eq!(doc["choice"]["fm_partition"], 1);
     let r = answer("4");
-    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert_eq!(r.code, Some(3), "{}", r.stdout);
     assert!(
         r.stderr.contains("no Fabric Manager partition of 4 GPUs"),
         "{}",
@@ -416,7 +416,7 @@ fn fm_partitions_on_the_h200x4_tree() {
     let mut args = base.to_vec();
     args.extend(["--size", "3"]);
     let r = run("p2p-host", &args);
-    assert_eq!(r.code, Some(2));
+    assert_eq!(r.code, Some(3));
     assert!(
         r.stderr.contains("no Fabric Manager partition of 3 GPUs"),
         "{}",

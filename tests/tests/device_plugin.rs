@@ -393,7 +393,7 @@ async fn policy_options_reach_preferred_allocation() {
             "--strict",
         ],
     );
-    assert_eq!(cli.code, Some(2), "{}", cli.stdout);
+    assert_eq!(cli.code, Some(3), "{}", cli.stdout);
     // The chooser's refusal, in its words, from both (the message is the
     // one derived by hand from the tree: the PIX pairs are 25/26 only).
     let refusal = "no 4 available GPUs form one clique under PIX (the largest has 2); \

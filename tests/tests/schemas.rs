@@ -12,13 +12,14 @@ use p2p_tests::{fixture_dir, repo_root, run, unpack_fixture};
 const HOST: [&str; 7] = [
     "topo", "plan", "inject", "snapshot", "apply", "allocate", "check",
 ];
-const GUEST: [&str; 6] = [
+const GUEST: [&str; 7] = [
     "probe",
     "bench",
     "compare",
     "nccl-topo",
     "nccl-explain",
     "tune",
+    "doctor",
 ];
 
 fn json_of(bin: &str, args: &[&str]) -> Value {

@@ -19,7 +19,7 @@ pub enum HostPlanError {
     #[error("--host-plan {0}: {1}")]
     Read(PathBuf, std::io::Error),
     /// The file is no `p2p-host plan --json` document.
-    #[error("--host-plan {0}: not a p2p-host plan --json document: {1}")]
+    #[error("--host-plan {}: not a p2p-host plan --json document: {}", .0.display(), p2p_shared::excerpt::json_error(.1))]
     Parse(PathBuf, serde_json::Error),
     /// The plan has no VM of that name, or several and none was named.
     #[error("--host-plan {file}: {why}")]

@@ -123,6 +123,15 @@ pub struct BenchArgs {
     /// The VM of --host-plan this guest is, when the plan holds several.
     #[arg(long, value_name = "NAME", requires = "host_plan")]
     host_plan_vm: Option<String>,
+    /// Also draw the run as heatmaps into this SVG file: one GPU x GPU grid
+    /// per mode and direction, cells coloured against the best pair and
+    /// labelled with GB/s (microseconds for ping-pong) and the pair's route.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Measure nothing: read a report saved with --json from FILE and print
+    /// (or draw, with --svg) it.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
 }
 
 pub struct Bar(pub Option<ProgressBar>);
@@ -228,6 +237,23 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
         print!("{}", list_modes());
         return Ok(());
     }
+    if let Some(path) = &args.svg {
+        // Before a run of minutes, not after it.
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--svg {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    if let Some(from) = &args.from {
+        let report = super::compare::load(from)?;
+        return output(&args, &report);
+    }
     let sizes: Vec<ByteSize> = if args.sizes.is_empty() {
         DEFAULT_SIZES.map(ByteSize).to_vec()
     } else {
@@ -290,10 +316,22 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
         report.results.extend(results);
         report.nccl_transports.extend(transports);
     }
+    output(&args, &report)
+}
+
+/// Writes the report where asked (JSON, picture) and the table to stdout;
+/// fails when a measurement did not verify.
+fn output(args: &BenchArgs, report: &BenchReport) -> anyhow::Result<()> {
+    if let Some(path) = &args.svg {
+        let svg = p2p_shared::picture::heatmap::bench_svg(report)
+            .with_context(|| format!("--svg {}", path.display()))?;
+        std::fs::write(path, &svg).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {} ({} bytes)", path.display(), svg.len());
+    }
     let text_to_stdout = !matches!(&args.json, Some(p) if p.as_os_str() == "-");
     match &args.json {
-        Some(p) if p.as_os_str() == "-" => println!("{}", serde_json::to_string_pretty(&report)?),
-        Some(p) => std::fs::write(p, serde_json::to_string_pretty(&report)? + "\n")
+        Some(p) if p.as_os_str() == "-" => println!("{}", serde_json::to_string_pretty(report)?),
+        Some(p) => std::fs::write(p, serde_json::to_string_pretty(report)? + "\n")
             .with_context(|| format!("writing {}", p.display()))?,
         None => {}
     }

@@ -13,7 +13,8 @@ pub struct CompareArgs {
     base: PathBuf,
     /// The run measured against it (for example passthrough, or P2P off).
     other: PathBuf,
-    /// Also draw bandwidth-vs-size curves of both runs into this SVG file.
+    /// Also draw bandwidth-vs-size curves of both runs into this SVG file,
+    /// and under them a GPU x GPU heatmap of the ratio per mode and direction.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
     /// Print the comparison as JSON.
@@ -21,16 +22,22 @@ pub struct CompareArgs {
     json: bool,
 }
 
-fn load(path: &PathBuf) -> anyhow::Result<BenchReport> {
+/// Reads a bench report saved with `bench --json`, checking its schema.
+pub fn load(path: &std::path::Path) -> anyhow::Result<BenchReport> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let r: BenchReport = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a bench report", path.display()))?;
+    let r: BenchReport = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a bench report: {}",
+            path.display(),
+            p2p_shared::excerpt::json_error(&e)
+        )
+    })?;
     if r.schema != BENCH_SCHEMA {
         anyhow::bail!(
             "{}: schema {:?}, expected {BENCH_SCHEMA}",
             path.display(),
-            r.schema
+            p2p_shared::excerpt::short(&r.schema)
         );
     }
     Ok(r)
@@ -66,7 +73,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         print!("{}", c.render_text());
     }
     if let Some(path) = &args.svg {
-        let panels = svg::draw(&base, &other, &c.base_label, &c.other_label, path)?;
+        let panels = svg::draw(&base, &other, &c, path)?;
         eprintln!("wrote {} ({panels} panels)", path.display());
     }
     Ok(())

@@ -3,6 +3,7 @@
 mod assets;
 mod bench;
 mod compare;
+mod doctor;
 mod nccl_explain;
 mod nccl_topo;
 mod probe;
@@ -29,6 +30,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// One verdict for the VM: is P2P on, will NCCL use it, is it as fast as
+    /// bare metal? OK (exit 0), SLOW (1) or BROKEN (2), and the next step.
+    Doctor(doctor::DoctorArgs),
     /// Read the P2P clique capability of every GPU, check the hypervisor,
     /// NVLink and CUDA, and decide which peers to enable.
     Probe(probe::ProbeArgs),
@@ -53,6 +57,7 @@ enum Command {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Doctor(a) => doctor::run(a),
         Command::Probe(a) => probe::run(a),
         Command::Bench(a) => bench::run_cmd(a),
         Command::Compare(a) => compare::run(a),

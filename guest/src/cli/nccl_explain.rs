@@ -267,7 +267,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         file: choice,
         what_if,
         variables: env.settings.clone(),
-        cpu: facts_cpu(&eff.xml, &cpu),
+        cpu: explain::decided_cpu(&eff.xml, &cpu),
         notes: eff.notes,
         pairs,
         gpus: pred.gpus,
@@ -285,22 +285,6 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
-}
-
-/// The CPU NCCL decides with: the first `<cpu>` after filling.
-fn facts_cpu(
-    xml: &nccl_rules::TopoXml,
-    fallback: &nccl_rules::CpuIdentity,
-) -> nccl_rules::CpuIdentity {
-    match xml.cpus.first() {
-        Some(c) => nccl_rules::CpuIdentity {
-            arch: c.arch.clone().unwrap_or_else(|| fallback.arch.clone()),
-            vendor: c.vendor.clone(),
-            familyid: c.familyid,
-            modelid: c.modelid,
-        },
-        None => fallback.clone(),
-    }
 }
 
 fn render_confirmation(c: &Confirmation, pairs: usize) -> String {

@@ -3,6 +3,7 @@
 
 use clap::Args;
 use p2p_guest::compare::Comparison;
+use p2p_guest::doctor::DoctorReport;
 use p2p_guest::nccl_topo::explain::ExplainReport;
 use p2p_guest::nccl_topo::NcclTopoReport;
 use p2p_guest::probe::report::ProbeReport;
@@ -14,7 +15,7 @@ use super::tune::TuneReport;
 
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// The document: probe, bench, compare, nccl-topo, nccl-explain or tune. Without it, the list.
+    /// The document: probe, bench, compare, nccl-topo, nccl-explain, tune or doctor. Without it, the list.
     name: Option<String>,
 }
 
@@ -31,6 +32,7 @@ pub fn documents() -> Vec<Document> {
             schema_for!(ExplainReport),
         ),
         ("tune", "vp2p.tune/1", schema_for!(TuneReport<'static>)),
+        ("doctor", "vp2p.doctor/1", schema_for!(DoctorReport)),
     ]
 }
 

@@ -1,5 +1,6 @@
 //! Bandwidth-vs-size curves of two runs, one panel per mode and direction,
-//! drawn with plotters' SVG backend.
+//! drawn with plotters' SVG backend; under them the GPU x GPU heatmaps of
+//! the ratio between the runs (p2p_shared::picture::heatmap).
 
 use std::path::Path;
 
@@ -79,14 +80,15 @@ const OTHER_COLOURS: [RGBColor; 4] = [
     RGBColor(230, 120, 150),
 ];
 
-/// Draws every mode/direction both runs measured into one SVG file.
+/// Draws every mode/direction both runs measured into one SVG file, the
+/// curves and under them the ratio heatmaps of `c` (their comparison).
 pub fn draw(
     base: &BenchReport,
     other: &BenchReport,
-    base_label: &str,
-    other_label: &str,
+    c: &super::Comparison,
     path: &Path,
 ) -> Result<usize, PlotError> {
+    let (base_label, other_label) = (c.base_label.as_str(), c.other_label.as_str());
     let err = |why: String| PlotError {
         path: path.display().to_string(),
         why,
@@ -107,77 +109,126 @@ pub fn draw(
     }
     let cols = 2usize;
     let rows = panels.len().div_ceil(cols);
-    let root = SVGBackend::new(path, (1200, 380 * rows as u32)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-    let areas = root.split_evenly((rows, cols));
-    for ((mode, dir, b, o), area) in panels.iter().zip(areas.iter()) {
-        let all: Vec<(f64, f64)> = b
-            .iter()
-            .chain(o.iter())
-            .flat_map(|(_, c)| c.iter().copied())
-            .collect();
-        let (xmin, xmax) = all
-            .iter()
-            .fold((f64::MAX, 0f64), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
-        let (ymin, ymax) = all
-            .iter()
-            .fold((f64::MAX, 0f64), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
-        let title = format!(
-            "{mode} {}",
-            if *dir == Direction::Bi {
-                "bidirectional"
-            } else {
-                "unidirectional"
-            }
-        );
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(
-                (xmin - 0.5)..(xmax + 0.5),
-                (ymin / 2.0..ymax * 2.0).log_scale(),
-            )
-            .map_err(|e| err(e.to_string()))?;
-        chart
-            .configure_mesh()
-            .x_desc("bytes per copy")
-            .y_desc("GB/s")
-            .x_label_formatter(&|x| binary_size(*x))
-            .y_label_formatter(&|y| significant(*y))
-            .draw()
-            .map_err(|e| err(e.to_string()))?;
-        // One colour per pair (so 0->1 and 1->0 are told apart); the other
-        // run dashed, so the runs differ without colour too.
-        for (runs, colours, label, dashed) in [
-            (b, &BASE_COLOURS, base_label, false),
-            (o, &OTHER_COLOURS, other_label, true),
-        ] {
-            for (i, (name, pts)) in runs.iter().enumerate() {
-                let color = colours[i % colours.len()];
-                let style = color.stroke_width(2);
-                let series = if dashed {
-                    chart.draw_series(DashedLineSeries::new(pts.iter().copied(), 6, 4, style))
+    let size = (1200, 380 * rows as u32);
+    let mut chart_svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut chart_svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        let areas = root.split_evenly((rows, cols));
+        for ((mode, dir, b, o), area) in panels.iter().zip(areas.iter()) {
+            let all: Vec<(f64, f64)> = b
+                .iter()
+                .chain(o.iter())
+                .flat_map(|(_, c)| c.iter().copied())
+                .collect();
+            let (xmin, xmax) = all
+                .iter()
+                .fold((f64::MAX, 0f64), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+            let (ymin, ymax) = all
+                .iter()
+                .fold((f64::MAX, 0f64), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
+            let title = format!(
+                "{mode} {}",
+                if *dir == Direction::Bi {
+                    "bidirectional"
                 } else {
-                    chart.draw_series(LineSeries::new(pts.iter().copied(), style))
-                };
-                series
-                    .map_err(|e| err(e.to_string()))?
-                    .label(format!("{label} {name}"))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-                chart
-                    .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                    .map_err(|e| err(e.to_string()))?;
+                    "unidirectional"
+                }
+            );
+            let mut chart = ChartBuilder::on(area)
+                .caption(title, ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(36)
+                .y_label_area_size(56)
+                .build_cartesian_2d(
+                    (xmin - 0.5)..(xmax + 0.5),
+                    (ymin / 2.0..ymax * 2.0).log_scale(),
+                )
+                .map_err(|e| err(e.to_string()))?;
+            chart
+                .configure_mesh()
+                .x_desc("bytes per copy")
+                .y_desc("GB/s")
+                .x_label_formatter(&|x| binary_size(*x))
+                .y_label_formatter(&|y| significant(*y))
+                .draw()
+                .map_err(|e| err(e.to_string()))?;
+            // One colour per pair (so 0->1 and 1->0 are told apart); the other
+            // run dashed, so the runs differ without colour too.
+            for (runs, colours, label, dashed) in [
+                (b, &BASE_COLOURS, base_label, false),
+                (o, &OTHER_COLOURS, other_label, true),
+            ] {
+                for (i, (name, pts)) in runs.iter().enumerate() {
+                    let color = colours[i % colours.len()];
+                    let style = color.stroke_width(2);
+                    let series = if dashed {
+                        chart.draw_series(DashedLineSeries::new(pts.iter().copied(), 6, 4, style))
+                    } else {
+                        chart.draw_series(LineSeries::new(pts.iter().copied(), style))
+                    };
+                    series
+                        .map_err(|e| err(e.to_string()))?
+                        .label(format!("{label} {name}"))
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+                    chart
+                        .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                        .map_err(|e| err(e.to_string()))?;
+                }
             }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| err(e.to_string()))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(e.to_string()))?;
+        root.present().map_err(|e| err(e.to_string()))?;
     }
-    root.present().map_err(|e| err(e.to_string()))?;
+    let picture = ratio_picture(base, c, (&chart_svg, f64::from(size.0), f64::from(size.1)));
+    std::fs::write(path, picture).map_err(|e| err(e.to_string()))?;
     Ok(panels.len())
+}
+
+/// The chart with the ratio heatmaps at the base run's headline size
+/// (latency size for ping-pong) under it.
+fn ratio_picture(base: &BenchReport, c: &super::Comparison, chart: (&str, f64, f64)) -> String {
+    use p2p_shared::picture::heatmap::{picture, ratio_maps, RatioCell};
+    use p2p_shared::picture::svg::Line;
+    let cells: Vec<RatioCell> = c
+        .rows
+        .iter()
+        .filter(|r| {
+            r.bytes
+                == if r.mode == Mode::Pingpong {
+                    base.method.latency_bytes
+                } else {
+                    base.method.headline_bytes
+                }
+        })
+        .filter_map(|r| {
+            Some(RatioCell {
+                mode: r.mode,
+                direction: r.direction,
+                src: r.src?.0,
+                dst: r.dst?.0,
+                ratio: if r.mode == Mode::Pingpong {
+                    r.latency_ratio
+                } else {
+                    r.bandwidth_ratio
+                },
+                route: r.route.clone(),
+            })
+        })
+        .collect();
+    let what = format!("{} / {}", c.other_label, c.base_label);
+    let maps = ratio_maps(base.gpus.len(), &cells, &what);
+    let title = [Line::plain(
+        format!(
+            "{what}: bandwidth against copy size, and per pair the ratio at {}",
+            ByteSize(base.method.headline_bytes)
+        ),
+        16.0,
+    )];
+    picture(&title, &maps, Some(chart))
 }

@@ -445,3 +445,69 @@ pub fn against_dump(
     }
     Ok(out)
 }
+
+/// The CPU NCCL decides with: the first `<cpu>` of the effective system,
+/// else `fallback` (this machine's).
+pub fn decided_cpu(xml: &TopoXml, fallback: &CpuIdentity) -> CpuIdentity {
+    match xml.cpus.first() {
+        Some(c) => CpuIdentity {
+            arch: c.arch.clone().unwrap_or_else(|| fallback.arch.clone()),
+            vendor: c.vendor.clone(),
+            familyid: c.familyid,
+            modelid: c.modelid,
+        },
+        None => fallback.clone(),
+    }
+}
+
+/// The plain explain report of a VM with GPUs (no what-if, no `--confirm`),
+/// as `nccl-topo explain` prints it: the file NCCL loads, the facts, NCCL's
+/// verdict per pair beside the driver's answer from `probe`, and the
+/// mismatches. `doctor` asks it for NCCL's transport per pair.
+pub fn for_vm(inputs: &ExplainInputs, probe: &ProbeReport) -> Result<ExplainReport, NcclTopoError> {
+    let env = read_env(&inputs.environment);
+    let choice = choose_file(inputs, &env);
+    let xml = match &choice.path {
+        None => None,
+        Some(path) => {
+            let text = fs::read_to_string(path).map_err(|e| NcclTopoError::Io {
+                path: PathBuf::from(path),
+                why: format!("{} ({}): {e}", choice.why, path),
+            })?;
+            Some(nccl_rules::parse(&text).map_err(|e| NcclTopoError::Io {
+                path: PathBuf::from(path),
+                why: e.to_string(),
+            })?)
+        }
+    };
+    let cpu = read_cpu(&inputs.cpuinfo);
+    let facts = vm_facts(&inputs.sysfs_root, probe, cpu.clone())?;
+    let eff = nccl_rules::effective(xml.as_ref(), &facts);
+    let graph = nccl_rules::Graph::build(&eff.xml);
+    let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
+    let pred = nccl_rules::predict(&graph, &env, &order, &|x, y| driver_answer(probe, x, y).0);
+    let pairs: Vec<ExplainedPair> = pred
+        .pairs
+        .into_iter()
+        .map(|p| {
+            let driver_decision = driver_answer(probe, p.a, p.b).1;
+            ExplainedPair {
+                nccl: p,
+                driver_decision,
+            }
+        })
+        .collect();
+    Ok(ExplainReport {
+        schema: EXPLAIN_SCHEMA.into(),
+        nccl_rules: NCCL_RULES_VERSION.into(),
+        mismatches: mismatches(&pairs, &choice),
+        file: choice,
+        what_if: Vec::new(),
+        variables: env.settings.clone(),
+        cpu: decided_cpu(&eff.xml, &cpu),
+        notes: eff.notes,
+        pairs,
+        gpus: pred.gpus,
+        confirm: None,
+    })
+}

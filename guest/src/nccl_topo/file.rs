@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
+use p2p_shared::excerpt::{short, xml_syntax};
 use p2p_shared::hex::{self, HexWidth};
-use p2p_shared::nccl_topo::{NcclCpu, NcclPci, NcclSystem, NCCL_TOPO_VERSION};
+use p2p_shared::nccl_topo::{NcclCpu, NcclPci, NcclSystem, MAX_PCI_DEPTH, NCCL_TOPO_VERSION};
 use p2p_shared::Bdf;
 
 use super::NcclTopoError;
@@ -29,21 +30,38 @@ fn hex_attr<T: HexWidth>(
         .transpose()
 }
 
-fn int_attr<T: std::str::FromStr>(
+/// Reads decimal attribute `name` (an integer that fits `T`); None when absent.
+fn int_attr<T: TryFrom<i64>>(
     path: &Path,
     n: roxmltree::Node,
     name: &str,
 ) -> Result<Option<T>, NcclTopoError> {
-    n.attribute(name)
-        .map(|v| {
-            v.trim()
-                .parse()
-                .map_err(|_| bad(path, n, format!("{name}=\"{v}\" is not a number")))
+    let Some(v) = n.attribute(name) else {
+        return Ok(None);
+    };
+    let fail = |want: &str| bad(path, n, format!("{name}=\"{}\" {want}", short(v)));
+    let wide: i64 = v.trim().parse().map_err(|_| fail("is not an integer"))?;
+    T::try_from(wide).map(Some).map_err(|_| {
+        fail(if wide < 0 && T::try_from(-1).is_err() {
+            "must be a non-negative integer"
+        } else {
+            "is out of range"
         })
-        .transpose()
+    })
 }
 
-fn pci(path: &Path, n: roxmltree::Node) -> Result<NcclPci, NcclTopoError> {
+/// `n`, a `<pci>` at nesting `depth` (1 directly below its `<cpu>`).
+fn pci(path: &Path, n: roxmltree::Node, depth: usize) -> Result<NcclPci, NcclTopoError> {
+    if depth > MAX_PCI_DEPTH {
+        return Err(bad(
+            path,
+            n,
+            format!(
+                "<pci> nested {depth} deep: vp2p reads at most {MAX_PCI_DEPTH} levels \
+                 (NCCL itself loads at most 256 nodes from a topology file)"
+            ),
+        ));
+    }
     let busid = n
         .attribute("busid")
         .ok_or_else(|| bad(path, n, "<pci> without busid".into()))?;
@@ -59,7 +77,7 @@ fn pci(path: &Path, n: roxmltree::Node) -> Result<NcclPci, NcclTopoError> {
     })?;
     let mut children = Vec::new();
     for c in n.children().filter(|c| c.has_tag_name("pci")) {
-        children.push(pci(path, c)?);
+        children.push(pci(path, c, depth + 1)?);
     }
     Ok(NcclPci {
         busid,
@@ -78,10 +96,13 @@ fn pci(path: &Path, n: roxmltree::Node) -> Result<NcclPci, NcclTopoError> {
 /// version="1">` of `<cpu numaid=...>` elements holding nested `<pci>`s.
 /// Elements NCCL adds itself (`<gpu>`, `<nic>`) are ignored.
 pub fn parse(path: &Path, text: &str) -> Result<NcclSystem, NcclTopoError> {
-    let doc = roxmltree::Document::parse(text).map_err(|e| NcclTopoError::Parse {
-        path: path.to_path_buf(),
-        line: e.pos().row,
-        why: e.to_string(),
+    let doc = roxmltree::Document::parse(text).map_err(|e| {
+        let s = xml_syntax(text, &e);
+        NcclTopoError::Parse {
+            path: path.to_path_buf(),
+            line: s.line,
+            why: s.why,
+        }
     })?;
     let root = doc.root_element();
     if !root.has_tag_name("system") {
@@ -90,7 +111,7 @@ pub fn parse(path: &Path, text: &str) -> Result<NcclSystem, NcclTopoError> {
             root,
             format!(
                 "the root element is <{}>, not <system>",
-                root.tag_name().name()
+                short(root.tag_name().name())
             ),
         ));
     }
@@ -111,7 +132,7 @@ pub fn parse(path: &Path, text: &str) -> Result<NcclSystem, NcclTopoError> {
             .ok_or_else(|| bad(path, c, "<cpu> without numaid (NCCL needs it)".into()))?;
         let mut pcis = Vec::new();
         for p in c.children().filter(|p| p.has_tag_name("pci")) {
-            pcis.push(pci(path, p)?);
+            pcis.push(pci(path, p, 1)?);
         }
         cpus.push(NcclCpu {
             numaid,

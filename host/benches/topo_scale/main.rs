@@ -330,8 +330,30 @@ fn main() {
         verdict(&lib.total),
         verdict(&exe)
     );
+    // The picture of the same tree (`topo --svg`): its size, against the
+    // 1 MB a picture of a large tree stays under.
+    let root = SysfsRoot::new(&tree).unwrap();
+    let topo = sysfs::scan(&root).unwrap();
+    let t0 = Instant::now();
+    let picture = p2p_shared::picture::topo_svg(&topo, &report, "topo_scale tree");
+    let drew = t0.elapsed();
+    let _ = writeln!(
+        out,
+        "picture (topo --svg): {} bytes for {} GPUs and {} NICs of {} functions, laid out in {}: {} 1 MB",
+        picture.len(),
+        report.gpus.len(),
+        report.nics.len(),
+        b.functions,
+        ms(drew),
+        if picture.len() < 1 << 20 { "under" } else { "OVER" }
+    );
     if scratch.keep {
-        let _ = writeln!(out, "tree kept: {}", tree.display());
+        let _ = fs::write(scratch.path.join("topo.svg"), &picture);
+        let _ = writeln!(
+            out,
+            "tree kept: {} (picture: topo.svg beside it)",
+            tree.display()
+        );
     }
     print!("{out}");
 }

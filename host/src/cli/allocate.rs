@@ -32,7 +32,7 @@ pub struct AllocateArgs {
     /// Farthest PCIe class that still shares a clique: pix, pxb, phb, node or sys.
     #[arg(long, value_name = "LEVEL", default_value = "phb", value_parser = parse_level)]
     max_level: MaxLevel,
-    /// Refuse (exit 2) when no N available GPUs are one clique, instead of
+    /// Refuse (exit 3) when no N available GPUs are one clique, instead of
     /// answering with the nearest set.
     #[arg(long)]
     strict: bool,

@@ -84,9 +84,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let all: Vec<Bdf> = vms.iter().flat_map(|(_, d)| d.iter().copied()).collect();
     let mut facts = host_facts(&root, &topo, &all);
     if let Some(file) = &args.cmdline_from {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("--cmdline-from {}", file.display()))?;
-        facts.cmdline = Some(text.trim().to_string());
+        let text = p2p_host::check::read_cmdline(file).context("--cmdline-from")?;
+        facts.cmdline = Some(text);
     }
     let vmm = match args.vmm {
         VmmArg::Qemu => Vmm::Qemu,

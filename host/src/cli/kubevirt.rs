@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 use p2p_shared::guest_layout::FirstSlot;
 use p2p_shared::select::ClassPrefix;
@@ -156,8 +156,12 @@ pub fn run(args: KubevirtArgs) -> anyhow::Result<()> {
 
 /// `metadata.annotations` of the VMI JSON.
 fn annotations(vmi: &str, source: &str) -> anyhow::Result<BTreeMap<String, String>> {
-    let v: serde_json::Value =
-        serde_json::from_str(vmi).with_context(|| format!("{source} is not JSON"))?;
+    let v: serde_json::Value = serde_json::from_str(vmi).map_err(|e| {
+        anyhow!(
+            "{source} is not JSON: {}",
+            p2p_shared::excerpt::json_error(&e)
+        )
+    })?;
     let Some(map) = v.pointer("/metadata/annotations") else {
         return Ok(BTreeMap::new());
     };

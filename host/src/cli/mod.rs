@@ -110,3 +110,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Assets(a) => assets::run(a),
     }
 }
+
+/// Writes a picture (`--svg FILE`) and says so on standard error, with its size.
+fn write_picture(path: &std::path::Path, svg: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {} ({} bytes)", path.display(), svg.len());
+    Ok(())
+}

@@ -389,6 +389,12 @@ pub struct PlanCmd {
     /// entry instead of naming a host file.
     #[arg(long, requires = "patch_domain", conflicts_with = "nccl_topo_path")]
     nccl_topo_inline: bool,
+    /// Also draw the plan into this SVG file: the host tree with each VM's
+    /// devices framed and GPUs coloured by clique (legend; devices in no VM
+    /// grey), each VM's reasons, and with --guest-topology mirror the guest
+    /// trees.
+    #[arg(long, value_name = "FILE", conflicts_with = "patch_domain")]
+    svg: Option<PathBuf>,
 }
 
 pub fn run(args: PlanCmd) -> anyhow::Result<()> {
@@ -404,6 +410,16 @@ pub fn run(args: PlanCmd) -> anyhow::Result<()> {
         bail!("--proxmox-vmid goes with --emit proxmox");
     }
     let (report, topo) = args.plan.plan_with_topology()?;
+    if let Some(path) = &args.svg {
+        let tree = p2p_shared::report::TopoReport::build(
+            &topo,
+            &args.plan.topology.selector(),
+            &report.sysfs_root,
+        );
+        let source = args.plan.topology.sysfs_root.display().to_string();
+        let picture = p2p_shared::picture::plan::plan_svg(&topo, &tree, &report, &source);
+        super::write_picture(path, &picture)?;
+    }
     let opts = EmitOptions {
         nccl_topo_path: args.nccl_topo_path.clone(),
         libvirt_first_index: args.libvirt_first_index,

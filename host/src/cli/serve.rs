@@ -12,7 +12,8 @@ use clap::Args;
 use p2p_host::overlay::{OverlayOptions, PlacementAction};
 use p2p_host::serve::{
     self, parse_bar_size, BarKind, CaptureFiles, CapturedGpu, GpuBackend, GpuSpec, IrqIndex,
-    RegionIndex, ServeError, ServeEvent, ServeHandle, ServedGpu, SocketMode, VfioGpu,
+    RegionIndex, ServeError, ServeEvent, ServeHandle, ServedGpu, SocketMode, SourcedSpec,
+    SpecOrigin, VfioGpu,
 };
 use p2p_shared::ByteSize;
 use p2p_shared::Clique;
@@ -73,37 +74,59 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn specs(&self) -> anyhow::Result<Vec<GpuSpec>> {
-        let mut specs = self.gpus.clone();
+    /// Every GPU asked for, with where it was asked for: the `--gpu`s, the
+    /// conf's lines, then the short form.
+    fn specs(&self) -> anyhow::Result<Vec<SourcedSpec>> {
+        let mut specs: Vec<SourcedSpec> = self
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| SourcedSpec {
+                origin: SpecOrigin::Arg(i + 1),
+                spec: spec.clone(),
+            })
+            .collect();
         if let Some(file) = &self.gpus_from {
             specs.extend(serve::read_spec_file(file)?);
         }
         if let (Some(socket), Some(config), Some(clique)) =
             (&self.socket, &self.config, self.clique)
         {
-            specs.push(GpuSpec {
-                socket: socket.clone(),
-                config: Some(config.clone()),
-                vfio: None,
-                clique: Clique::new(clique).context("--clique")?,
-                resource: self.resource.clone(),
-                max_bar: self.max_bar,
-                allow_non_nvidia: self.allow_non_nvidia,
-                any_offset: self.any_offset,
+            if socket.as_os_str().len() > serve::SOCKET_PATH_MAX {
+                return Err(ServeError::SocketTooLong {
+                    path: socket.clone(),
+                    len: socket.as_os_str().len(),
+                }
+                .into());
+            }
+            specs.push(SourcedSpec {
+                origin: SpecOrigin::Arg(specs.len() + 1),
+                spec: GpuSpec {
+                    socket: socket.clone(),
+                    config: Some(config.clone()),
+                    vfio: None,
+                    clique: Clique::new(clique).context("--clique")?,
+                    resource: self.resource.clone(),
+                    max_bar: self.max_bar,
+                    allow_non_nvidia: self.allow_non_nvidia,
+                    any_offset: self.any_offset,
+                },
             });
         }
         if specs.is_empty() {
             bail!("nothing to serve: give --gpu socket=PATH,config=FILE,clique=N, --gpus-from FILE, or --socket, --config, --clique");
         }
-        for (i, a) in specs.iter().enumerate() {
-            if specs[..i].iter().any(|b| b.socket == a.socket) {
-                return Err(ServeError::DuplicateSocket {
-                    path: a.socket.clone(),
-                }
-                .into());
-            }
-        }
+        serve::check_distinct_sockets(&specs)?;
         Ok(specs)
+    }
+}
+
+/// How errors about the Nth GPU name it: `gpuN`, after the conf line it
+/// came from (`FILE:LINE: gpuN`).
+fn gpu_label(i: usize, origin: &SpecOrigin) -> String {
+    match origin {
+        SpecOrigin::Line { .. } => format!("{origin}: gpu{i}"),
+        SpecOrigin::Arg(_) => format!("gpu{i}"),
     }
 }
 
@@ -279,11 +302,16 @@ fn describe_vfio(name: &str, spec: &GpuSpec, gpu: &ServedGpu<VfioGpu>) -> String
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let specs = args.specs()?;
+    let sourced = args.specs()?;
     let mut prepared = Vec::new();
-    for (i, spec) in specs.iter().enumerate() {
-        prepared.push(prepare(&format!("gpu{i}"), spec, &args.sysfs_root)?);
+    for (i, s) in sourced.iter().enumerate() {
+        prepared.push(prepare(
+            &gpu_label(i, &s.origin),
+            &s.spec,
+            &args.sysfs_root,
+        )?);
     }
+    let specs: Vec<&GpuSpec> = sourced.iter().map(|s| &s.spec).collect();
     // Signals are caught before any socket exists, so none is left behind.
     let mut signals =
         Signals::new([SIGTERM, SIGINT, SIGHUP]).context("installing signal handlers")?;
@@ -311,7 +339,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 serve::start_with_mode(gpu, &spec.socket, mode, sink),
             ),
         };
-        let handle = handle.with_context(|| name.clone())?;
+        let handle = handle.with_context(|| gpu_label(i, &sourced[i].origin))?;
         eprint!("{banner}");
         handles.push(handle);
     }
@@ -327,6 +355,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     );
     if let Some(sig) = signals.forever().next() {
         eprintln!("p2p-host serve: signal {sig}: stopping and removing the sockets");
+    }
+    // All are asked to stop first, then each is waited for: they stop together.
+    for h in &mut handles {
+        h.stop();
     }
     for h in handles {
         h.shutdown();

@@ -23,6 +23,7 @@ use super::backend::{
 };
 use super::bars::{parse_resource, BarLayout, ScaledBar, BAR0_OFFSET, BAR_REGISTERS, ROM_OFFSET};
 use super::error::ServeError;
+use super::limits::{read_limited, ReadRefused, CONFIG_MAX, RESOURCE_MAX};
 use super::memory::BarMemory;
 use super::registers::{irq_infos, power_on, write_mask};
 
@@ -72,13 +73,21 @@ impl CapturedGpu {
         files: &CaptureFiles,
         max_bar: Option<u64>,
     ) -> Result<(Self, Vec<ScaledBar>), ServeError> {
-        let read = |p: &Path| {
-            std::fs::read(p).map_err(|source| ServeError::Read {
-                path: p.to_path_buf(),
-                source,
+        // A config space or a sysfs `resource` file is small: nothing else
+        // (a device, a directory, a large file) is read.
+        let read = |p: &Path, max| {
+            read_limited(p, max).map_err(|e| match e {
+                ReadRefused::Io(source) => ServeError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                },
+                other => ServeError::BadFile {
+                    path: p.to_path_buf(),
+                    why: other.to_string(),
+                },
             })
         };
-        let config = read(&files.config)?;
+        let config = read(&files.config, CONFIG_MAX)?;
         if config.len() != 256 && config.len() != 4096 {
             return Err(ServeError::ConfigLength {
                 path: files.config.clone(),
@@ -86,7 +95,7 @@ impl CapturedGpu {
             });
         }
         let resource = files.resource_path()?;
-        let text = String::from_utf8_lossy(&read(&resource)?).into_owned();
+        let text = String::from_utf8_lossy(&read(&resource, RESOURCE_MAX)?).into_owned();
         let sizes = parse_resource(&text, &resource)?;
         Self::from_parts(config, &sizes, max_bar).map_err(|e| match e {
             ServeError::Bar { index, why } => ServeError::BarIn {

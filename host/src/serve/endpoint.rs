@@ -9,6 +9,15 @@
 //!   message (waited for up to a second) is answered with EBUSY and the
 //!   connection is closed, so a VMM fails at once with a clear error instead
 //!   of hanging.
+//! - A socket path longer than a unix socket address holds (107 bytes and
+//!   the NUL) is refused: no client could connect to it. The private
+//!   directories below are bound through the directory's descriptor when the
+//!   served socket's directory leaves too little room for their names.
+//! - Shutdown never goes through the socket's path: the listener thread waits
+//!   on the listening socket and an eventfd together, and [`ServeHandle`]
+//!   wakes it through the eventfd; the client is disconnected with
+//!   `shutdown(2)` on its connection. The socket is removed however the
+//!   handle ends (shutdown, drop, a start that failed half way).
 //! - Threads: the listener thread accepts; a session thread per client frames
 //!   and checks messages ([`super::session`]); the protocol thread runs
 //!   `vfio_user::Server`. For each client the listener creates a private
@@ -17,9 +26,9 @@
 //!   keeps the connection for the session and hands the listener to the
 //!   protocol thread. Between clients the device is reset.
 
-use std::fs::{self, DirBuilder};
+use std::fs::{self, DirBuilder, File};
 use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -29,15 +38,22 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use vmm_sys_util::eventfd::EventFd;
+
 use super::backend::GpuBackend;
 use super::device::ServedGpu;
 use super::error::ServeError;
 use super::events::{EventSink, ServeEvent};
+use super::limits::SOCKET_PATH_MAX;
 use super::session;
 use super::wire::{Header, HEADER_LEN};
 
 /// How long a refused client gets to send its first message.
 const REFUSE_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the listener pauses after `accept` fails (no descriptors left,
+/// say), so a failure that persists does not spin.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 static UNIQUE: AtomicU32 = AtomicU32::new(0);
 
@@ -47,6 +63,7 @@ pub struct ServeHandle {
     socket: PathBuf,
     inode: (u64, u64),
     stop: Arc<AtomicBool>,
+    wake: EventFd,
     session: Arc<Mutex<Option<UnixStream>>>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -117,6 +134,13 @@ pub fn bind_socket(
     path: &Path,
     mode: SocketMode,
 ) -> Result<(UnixListener, (u64, u64)), ServeError> {
+    let len = path.as_os_str().len();
+    if len > SOCKET_PATH_MAX {
+        return Err(ServeError::SocketTooLong {
+            path: path.into(),
+            len,
+        });
+    }
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
             Ok(_) => return Err(ServeError::SocketInUse { path: path.into() }),
@@ -133,7 +157,7 @@ pub fn bind_socket(
     let staging = private_dir(&parent, ".vp2p").map_err(socket_err(path))?;
     let staged = staging.join("s");
     let result = (|| {
-        let listener = UnixListener::bind(&staged)?;
+        let listener = bind_at(&staging, "s")?;
         fs::set_permissions(&staged, fs::Permissions::from_mode(mode.bits()))?;
         // A hard link fails if the path appeared meanwhile: nothing is replaced.
         fs::hard_link(&staged, path)?;
@@ -163,6 +187,17 @@ pub fn start_with_mode<B: GpuBackend + 'static>(
 ) -> Result<ServeHandle, ServeError> {
     gpu.set_events(events.clone());
     let (listener, inode) = bind_socket(socket, mode)?;
+    // From here on a failure removes the socket again.
+    let failed = |source: io::Error| {
+        remove_if_ours(socket, inode);
+        ServeError::Socket {
+            path: socket.to_path_buf(),
+            source,
+        }
+    };
+    listener.set_nonblocking(true).map_err(failed)?;
+    let wake = EventFd::new(libc::EFD_CLOEXEC).map_err(failed)?;
+    let listener_wake = wake.try_clone().map_err(failed)?;
     let shape = gpu.shape();
     let stop = Arc::new(AtomicBool::new(false));
     let session_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
@@ -174,7 +209,7 @@ pub fn start_with_mode<B: GpuBackend + 'static>(
         std::thread::Builder::new()
             .name("vp2p-protocol".into())
             .spawn(move || protocol_loop(listeners, gpu, &events))
-            .map_err(socket_err(socket))?
+            .map_err(failed)?
     };
     let accept = {
         let stop = stop.clone();
@@ -189,14 +224,15 @@ pub fn start_with_mode<B: GpuBackend + 'static>(
                     slot,
                     events,
                 };
-                accept_loop(listener, &sessions, &stop)
+                accept_loop(listener, &listener_wake, &sessions, &stop)
             })
-            .map_err(socket_err(socket))?
+            .map_err(failed)?
     };
     Ok(ServeHandle {
         socket: socket.to_path_buf(),
         inode,
         stop,
+        wake,
         session: session_slot,
         threads: vec![accept, protocol],
     })
@@ -209,11 +245,47 @@ fn socket_parent(path: &Path) -> PathBuf {
     }
 }
 
+/// `dir/name` as a socket address: the path itself when it fits, else the
+/// same file reached through `dir`'s descriptor (`/proc/self/fd/N/name`),
+/// whose length does not depend on `dir`'s. The returned file keeps the
+/// descriptor open for as long as the address is used.
+fn address_in(dir: &Path, name: &str) -> io::Result<(PathBuf, Option<File>)> {
+    let path = dir.join(name);
+    if path.as_os_str().len() <= SOCKET_PATH_MAX {
+        return Ok((path, None));
+    }
+    let d = File::open(dir)?;
+    let short = PathBuf::from(format!("/proc/self/fd/{}/{name}", d.as_raw_fd()));
+    Ok((short, Some(d)))
+}
+
+/// Binds a listening socket at `dir/name`, however long `dir` is.
+fn bind_at(dir: &Path, name: &str) -> io::Result<UnixListener> {
+    let (addr, _dir) = address_in(dir, name)?;
+    UnixListener::bind(addr)
+}
+
+/// Connects to the socket at `dir/name`, however long `dir` is.
+fn connect_at(dir: &Path, name: &str) -> io::Result<UnixStream> {
+    let (addr, _dir) = address_in(dir, name)?;
+    UnixStream::connect(addr)
+}
+
+/// Removes the socket at `path` if it is still the one bound (`inode`):
+/// another server's socket put there meanwhile stays.
+fn remove_if_ours(path: &Path, inode: (u64, u64)) {
+    if let Ok(m) = fs::symlink_metadata(path) {
+        if (m.dev(), m.ino()) == inode {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
 /// A listening socket only this process can reach, and a connection to it.
 fn private_pair(parent: &Path) -> io::Result<(UnixListener, UnixStream)> {
     let dir = private_dir(parent, ".vp2p")?;
     let path = dir.join("p");
-    let pair = UnixListener::bind(&path).and_then(|l| Ok((l, UnixStream::connect(&path)?)));
+    let pair = bind_at(&dir, "p").and_then(|l| Ok((l, connect_at(&dir, "p")?)));
     let _ = fs::remove_file(&path);
     let _ = fs::remove_dir(&dir);
     pair
@@ -260,20 +332,72 @@ struct Sessions {
     events: EventSink,
 }
 
-fn accept_loop(listener: UnixListener, sessions: &Sessions, stop: &AtomicBool) {
+/// What woke the listener.
+enum Woken {
+    /// A client is waiting to be accepted (or `accept` failed).
+    Client(io::Result<UnixStream>),
+    /// The eventfd was written: stop.
+    Stop,
+}
+
+/// Waits for a client on the (non-blocking) `listener` or a word on `wake`.
+fn next_client(listener: &UnixListener, wake: &EventFd, stop: &AtomicBool) -> Woken {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Woken::Stop;
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is an array of two initialised pollfd structs that
+        // outlives the call; both descriptors are open (owned by the callers).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Woken::Client(Err(e));
+        }
+        if fds[1].revents != 0 || stop.load(Ordering::SeqCst) {
+            return Woken::Stop;
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        match listener.accept() {
+            // The accepted connection does not inherit O_NONBLOCK (accept4
+            // without SOCK_NONBLOCK): sessions read it blocking.
+            Ok((client, _)) => return Woken::Client(Ok(client)),
+            // The client left before it was accepted.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Woken::Client(Err(e)),
+        }
+    }
+}
+
+fn accept_loop(listener: UnixListener, wake: &EventFd, sessions: &Sessions, stop: &AtomicBool) {
     let events = &sessions.events;
     let busy = Arc::new(AtomicBool::new(false));
     let mut session: Option<JoinHandle<()>> = None;
-    for conn in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let client = match conn {
-            Ok(c) => c,
-            Err(e) => {
+    loop {
+        let client = match next_client(&listener, wake, stop) {
+            Woken::Stop => break,
+            Woken::Client(Ok(c)) => c,
+            Woken::Client(Err(e)) => {
                 events(ServeEvent::Internal {
                     why: format!("accept: {e}"),
                 });
+                std::thread::sleep(ACCEPT_RETRY);
                 continue;
             }
         };
@@ -331,6 +455,12 @@ fn accept_loop(listener: UnixListener, sessions: &Sessions, stop: &AtomicBool) {
             Err(e) => events(ServeEvent::Internal {
                 why: format!("starting a session thread: {e}"),
             }),
+        }
+    }
+    // A client accepted while the handle was stopping: disconnect it too.
+    if let Ok(mut s) = sessions.slot.lock() {
+        if let Some(c) = s.take() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
         }
     }
     if let Some(s) = session {
@@ -394,26 +524,31 @@ impl ServeHandle {
         self.stop_now();
     }
 
-    fn stop_now(&mut self) {
-        if self.threads.is_empty() {
+    /// Asks the server to stop without waiting for it: the client is
+    /// disconnected, the listener woken, the socket removed. Many servers
+    /// stop together when each is asked first and then [`ServeHandle::shutdown`]
+    /// waits for each.
+    pub fn stop(&mut self) {
+        if self.threads.is_empty() || self.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.stop.store(true, Ordering::SeqCst);
         if let Ok(mut s) = self.session.lock() {
             if let Some(c) = s.take() {
                 let _ = c.shutdown(std::net::Shutdown::Both);
             }
         }
-        // Wake the listener with a throwaway connection; when it ends, the
-        // protocol thread's channel closes and it ends too.
-        let _ = UnixStream::connect(&self.socket);
+        // Wake the listener through its eventfd (never through the socket's
+        // path); when it ends, the protocol thread's channel closes and it
+        // ends too.
+        let _ = self.wake.write(1);
+        // Gone before the threads are waited for: no new client finds it.
+        remove_if_ours(&self.socket, self.inode);
+    }
+
+    fn stop_now(&mut self) {
+        self.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
-        }
-        if let Ok(m) = fs::symlink_metadata(&self.socket) {
-            if (m.dev(), m.ino()) == self.inode {
-                let _ = fs::remove_file(&self.socket);
-            }
         }
     }
 }

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use crate::overlay::OverlayError;
 
-/// Why `--gpu KEY=VALUE,...` does not parse.
+/// Why `--gpu KEY=VALUE,...` does not parse. Every text taken from the spec is
+/// quoted short ([`quote`](super::quote)): a 20 MB line yields a message of
+/// a few hundred bytes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// An item is not `KEY=VALUE`: no `=`, an empty value, or a flag with a value
@@ -38,13 +40,36 @@ pub enum SpecError {
     /// The max-bar value does not parse as a size, or is not a power of two of at least 4 KiB.
     #[error("max-bar '{0}': want a power of two of at least 4K, like 256M, 1G or 0x10000000")]
     BadSize(String),
+    /// The socket path does not fit a unix socket address (`sun_path`: 108
+    /// bytes with the terminating NUL), so no client could connect to it.
+    #[error(
+        "socket '{path}' is {len} bytes; a unix socket address holds at most {max} (108 with the terminating NUL): choose a shorter path",
+        max = super::limits::SOCKET_PATH_MAX
+    )]
+    SocketTooLong {
+        /// The path, quoted short.
+        path: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A file path longer than a path may be (`PATH_MAX`, 4096 with the NUL).
+    #[error("{key} '{path}' is {len} bytes; a path holds at most 4095")]
+    PathTooLong {
+        /// The key (config or resource).
+        key: &'static str,
+        /// The path, quoted short.
+        path: String,
+        /// Its length in bytes.
+        len: usize,
+    },
 }
 
 /// Why a file of GPU specs (`serve --gpus-from FILE`, the unit's
 /// `/etc/vp2p/serve/NAME.conf`) gives nothing to serve.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecFileError {
-    /// The file could not be read (missing, unreadable, not UTF-8).
+    /// The file could not be read (missing, unreadable, not a regular file,
+    /// larger than [`CONF_MAX`](super::spec::CONF_MAX), not UTF-8).
     #[error("{path}: {why}")]
     Read {
         /// The file.
@@ -52,15 +77,16 @@ pub enum SpecFileError {
         /// The I/O error.
         why: String,
     },
-    /// A line is not a valid spec.
-    #[error("{path}:{line}: {source}")]
+    /// A line is not a valid spec. (`error` is said in the message and is
+    /// not also the error's source, so a report of the chain says it once.)
+    #[error("{path}:{line}: {error}")]
     Line {
         /// The file.
         path: PathBuf,
         /// The line, counting from 1.
         line: usize,
         /// What is wrong with it.
-        source: SpecError,
+        error: SpecError,
     },
     /// Only comments and blank lines.
     #[error("{0}: no GPU spec in it (one `socket=PATH,config=FILE,clique=N` a line)")]
@@ -178,9 +204,60 @@ pub enum ServeError {
     },
 
     /// Two `--gpu` specs name the same socket.
-    #[error("{path}: given to two GPUs")]
+    #[error("socket {path}: given to two GPUs ({first} and {second})")]
     DuplicateSocket {
         /// The socket path given twice.
         path: PathBuf,
+        /// Where the first GPU was given (`FILE:LINE` or `--gpu #N`).
+        first: String,
+        /// Where the second was.
+        second: String,
     },
+
+    /// The socket path does not fit a unix socket address (108 bytes with the NUL).
+    #[error("socket {path}: {len} bytes; a unix socket address holds at most {max} (108 with the terminating NUL)", max = super::limits::SOCKET_PATH_MAX)]
+    SocketTooLong {
+        /// The socket path given.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+    },
+
+    /// A capture file that is not what it should be: not a regular file (a
+    /// directory, a device such as /dev/zero), or larger than such a file is.
+    #[error("{path}: {why}")]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        why: String,
+    },
+}
+
+impl ServeError {
+    /// Whether the error is in what serve was given (a conf line, a capture
+    /// file, a socket path, the overlay's placement) rather than in the
+    /// moment: serving it again unchanged would fail the same way, so the
+    /// unit must not restart (exit status 78, EX_CONFIG). Not so: a memfd that
+    /// could not be created, a socket another server holds or that could not
+    /// be bound (a directory missing at boot may appear).
+    pub fn is_config(&self) -> bool {
+        match self {
+            ServeError::SocketMode(_)
+            | ServeError::Read { .. }
+            | ServeError::ConfigLength { .. }
+            | ServeError::NoResource { .. }
+            | ServeError::Resource { .. }
+            | ServeError::Bar { .. }
+            | ServeError::BarIn { .. }
+            | ServeError::Overlay(_)
+            | ServeError::NotASocket { .. }
+            | ServeError::DuplicateSocket { .. }
+            | ServeError::SocketTooLong { .. }
+            | ServeError::BadFile { .. } => true,
+            ServeError::Memory { .. }
+            | ServeError::SocketInUse { .. }
+            | ServeError::Socket { .. } => false,
+        }
+    }
 }

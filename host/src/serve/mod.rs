@@ -41,6 +41,7 @@ mod device;
 mod endpoint;
 mod error;
 mod events;
+mod limits;
 mod memory;
 mod registers;
 mod session;
@@ -58,7 +59,14 @@ pub use device::{BackendConfig, DeviceShape, ServedGpu};
 pub use endpoint::{bind_socket, start, start_with_mode, ServeHandle, SocketMode};
 pub use error::{ServeError, SpecError, SpecFileError};
 pub use events::{discard, errno_name, EventSink, ServeEvent};
+pub use limits::{
+    quote, read_limited, ReadRefused, CONFIG_MAX, CONF_MAX, QUOTE_MAX, RESOURCE_MAX,
+    SOCKET_PATH_MAX,
+};
 pub use memory::BarMemory;
 pub use registers::{irq_infos, power_on, write_mask};
-pub use spec::{parse_bar_size, parse_clique, parse_spec_file, read_spec_file, GpuSpec};
+pub use spec::{
+    check_distinct_sockets, parse_bar_size, parse_clique, parse_spec_file, read_spec_file, GpuSpec,
+    SourcedSpec, SpecOrigin,
+};
 pub use vfio::{VfioError, VfioGpu};

@@ -3,13 +3,16 @@
 //! tree, `<gpu>` elements with their `<nvlink>`s, and NICs with their nets.
 
 use crate::bdf::Bdf;
+use crate::excerpt::{short, xml_syntax};
 use crate::hex;
+use crate::nccl_topo::MAX_PCI_DEPTH;
 
 /// Why a topology text cannot be read, with the 1-based line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {why}")]
 pub struct TopoXmlError {
-    /// The line of the offending element (1 when the text is not XML at all).
+    /// The line of the offending element; for a text that is not XML, where
+    /// the parser stopped (the last line when the text ends early).
     pub line: u32,
     /// What is wrong, in words.
     pub why: String,
@@ -110,13 +113,40 @@ fn bad(n: roxmltree::Node, why: impl Into<String>) -> TopoXmlError {
     }
 }
 
-fn num<T: std::str::FromStr>(n: roxmltree::Node, name: &str) -> Result<Option<T>, TopoXmlError> {
+/// A decimal attribute's type, with what its values must be in words.
+trait Decimal: std::str::FromStr {
+    /// What the attribute must hold, for the message.
+    const WANT: &'static str;
+}
+
+impl Decimal for u32 {
+    const WANT: &'static str = "must be a non-negative integer (at most 4294967295)";
+}
+
+impl Decimal for u64 {
+    const WANT: &'static str = "must be a non-negative integer";
+}
+
+impl Decimal for i32 {
+    const WANT: &'static str = "must be an integer (-1 for unknown)";
+}
+
+impl Decimal for i64 {
+    const WANT: &'static str = "must be an integer";
+}
+
+fn num<T: Decimal>(n: roxmltree::Node, name: &str) -> Result<Option<T>, TopoXmlError> {
     n.attribute(name)
         .map(|v| {
             v.trim().parse().map_err(|_| {
                 bad(
                     n,
-                    format!("<{}> {name}=\"{v}\" is not a number", n.tag_name().name()),
+                    format!(
+                        "<{}> {name}=\"{}\" {}",
+                        n.tag_name().name(),
+                        short(v),
+                        T::WANT
+                    ),
                 )
             })
         })
@@ -127,7 +157,7 @@ fn hex_attr(n: roxmltree::Node, name: &str) -> Result<Option<u32>, TopoXmlError>
     n.attribute(name)
         .map(|v| {
             hex::parse::<u32>(v)
-                .map_err(|e| bad(n, format!("<{}> {name}=\"{v}\": {e}", n.tag_name().name())))
+                .map_err(|e| bad(n, format!("<{}> {name}: {e}", n.tag_name().name())))
         })
         .transpose()
 }
@@ -167,13 +197,23 @@ fn gpu(n: roxmltree::Node) -> Result<XmlGpu, TopoXmlError> {
     })
 }
 
-fn pci(n: roxmltree::Node) -> Result<XmlPci, TopoXmlError> {
+/// `n`, a `<pci>` at nesting `depth` (1 directly below its `<cpu>`).
+fn pci(n: roxmltree::Node, depth: usize) -> Result<XmlPci, TopoXmlError> {
+    if depth > MAX_PCI_DEPTH {
+        return Err(bad(
+            n,
+            format!(
+                "<pci> nested {depth} deep: vp2p reads at most {MAX_PCI_DEPTH} levels \
+                 (NCCL itself loads at most 256 nodes from a topology file)"
+            ),
+        ));
+    }
     let text = n
         .attribute("busid")
         .ok_or_else(|| bad(n, "<pci> without busid"))?;
     let busid: Bdf = text
         .parse()
-        .map_err(|e| bad(n, format!("<pci> busid=\"{text}\": {e}")))?;
+        .map_err(|e| bad(n, format!("<pci> busid: {e}")))?;
     let class = hex_attr(n, "class")?.ok_or_else(|| {
         bad(
             n,
@@ -192,7 +232,7 @@ fn pci(n: roxmltree::Node) -> Result<XmlPci, TopoXmlError> {
     };
     for c in n.children().filter(|c| c.is_element()) {
         match c.tag_name().name() {
-            "pci" => out.children.push(pci(c)?),
+            "pci" => out.children.push(pci(c, depth + 1)?),
             "gpu" => out.gpu = Some(gpu(c)?),
             "nic" => out.nets.extend(nets(c)?),
             _ => {}
@@ -206,9 +246,12 @@ fn pci(n: roxmltree::Node) -> Result<XmlPci, TopoXmlError> {
 /// reader skips it, and so does this one.
 pub fn parse(text: &str) -> Result<TopoXml, TopoXmlError> {
     let cleaned = text.replace(" =\"\"", "");
-    let doc = roxmltree::Document::parse(&cleaned).map_err(|e| TopoXmlError {
-        line: e.pos().row,
-        why: format!("not XML: {e}"),
+    let doc = roxmltree::Document::parse(&cleaned).map_err(|e| {
+        let s = xml_syntax(&cleaned, &e);
+        TopoXmlError {
+            line: s.line,
+            why: format!("not XML: {}", s.why),
+        }
     })?;
     let root = doc.root_element();
     if !root.has_tag_name("system") {
@@ -216,7 +259,7 @@ pub fn parse(text: &str) -> Result<TopoXml, TopoXmlError> {
             root,
             format!(
                 "top element is <{}>, NCCL wants <system>",
-                root.tag_name().name()
+                short(root.tag_name().name())
             ),
         ));
     }
@@ -225,7 +268,10 @@ pub fn parse(text: &str) -> Result<TopoXml, TopoXmlError> {
         Some(v) => {
             return Err(bad(
                 root,
-                format!("<system version=\"{v}\">: NCCL 2.28 reads version 1 only"),
+                format!(
+                    "<system version=\"{}\">: NCCL 2.28 reads version 1 only",
+                    short(v)
+                ),
             ))
         }
         None => {
@@ -250,7 +296,7 @@ pub fn parse(text: &str) -> Result<TopoXml, TopoXmlError> {
         };
         for s in c.children().filter(|s| s.is_element()) {
             match s.tag_name().name() {
-                "pci" => cpu.pci.push(pci(s)?),
+                "pci" => cpu.pci.push(pci(s, 1)?),
                 "nic" => cpu.nets.extend(nets(s)?),
                 _ => {}
             }
@@ -302,7 +348,7 @@ mod tests {
     fn errors_name_the_line() {
         let e = parse("<system version=\"1\">\n <cpu numaid=\"0\">\n  <pci busid=\"zz\" class=\"0x060400\"/>\n </cpu>\n</system>").unwrap_err();
         assert_eq!(e.line, 3);
-        assert!(e.why.contains("busid=\"zz\""), "{e}");
+        assert!(e.why.contains("busid: 'zz' is not a PCI address"), "{e}");
         let e = parse("<system version=\"2\"/>").unwrap_err();
         assert!(e.why.contains("version 1 only"), "{e}");
         let e = parse("<system version=\"1\">\n<cpu>").unwrap_err();
@@ -310,7 +356,79 @@ mod tests {
         let e = parse("<system version=\"1\">\n<cpu numaid=\"x\"/></system>").unwrap_err();
         assert_eq!(
             (e.line, e.why.as_str()),
-            (2, "<cpu> numaid=\"x\" is not a number")
+            (2, "<cpu> numaid=\"x\" must be an integer (-1 for unknown)")
+        );
+    }
+
+    /// `<pci>` elements nested `depth` deep below one `<cpu>`, one per line
+    /// from line 3.
+    fn nested(depth: usize) -> String {
+        let mut s = String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n");
+        for i in 0..depth {
+            s += &format!(
+                "<pci busid=\"0000:{:02x}:00.0\" class=\"0x060400\">\n",
+                i % 256
+            );
+        }
+        s += &"</pci>".repeat(depth);
+        s + "\n</cpu>\n</system>\n"
+    }
+
+    /// NCCL loads at most 256 nodes (NCCL_TOPO_XML_MAX_NODES, v2.28.3-1), so
+    /// 256 levels of `<pci>` are read and the 257th is refused at its line;
+    /// 12,000 levels (which overflowed the stack) are refused the same way.
+    #[test]
+    fn pci_nesting_is_bounded_at_nccls_node_limit() {
+        let xml = parse(&nested(MAX_PCI_DEPTH)).unwrap();
+        assert_eq!(xml.pci_nodes().len(), MAX_PCI_DEPTH);
+        for depth in [MAX_PCI_DEPTH + 1, 12_000] {
+            let e = parse(&nested(depth)).unwrap_err();
+            // The 257th <pci> starts on line 2 + 257.
+            assert_eq!(e.line, 259, "{e}");
+            assert!(e.why.starts_with("<pci> nested 257 deep"), "{e}");
+        }
+    }
+
+    /// A huge attribute is quoted as a short prefix with its length, once.
+    #[test]
+    fn huge_values_are_quoted_short_and_once() {
+        let huge = "a".repeat(1 << 20);
+        for (attr, at) in [
+            ("busid", "busid=\"0000:00:06.0\""),
+            ("class", "class=\"0x030200\""),
+            ("link_width", "link_width=\"16\""),
+        ] {
+            let text = "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:00:06.0\" class=\"0x030200\" link_width=\"16\"/>\n</cpu>\n</system>"
+                .replace(at, &format!("{attr}=\"{huge}\""));
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, 3, "{attr}");
+            assert!(e.why.len() < 300, "{attr}: {} bytes", e.why.len());
+            assert_eq!(e.why.matches("(1048576 bytes)").count(), 1, "{}", e.why);
+        }
+    }
+
+    /// A file cut short is reported at the line where it ends, not line 1.
+    #[test]
+    fn truncated_file_names_its_last_line() {
+        let whole = nested(3);
+        let cut = &whole[..whole.find("</pci>").unwrap()];
+        let e = parse(cut).unwrap_err();
+        assert_eq!(e.line, cut.trim_end().lines().count() as u32, "{e}");
+        assert_eq!(e.line, 5);
+        assert!(e.why.contains("ends"), "{e}");
+    }
+
+    /// `count="-1"` is a number: the message says what the count must be.
+    #[test]
+    fn negative_count_says_what_a_count_must_be() {
+        let text = "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:00:06.0\" class=\"0x030200\">\n<gpu>\n<nvlink target=\"0000:00:07.0\" count=\"-1\" tclass=\"0x030200\"/>\n</gpu>\n</pci>\n</cpu>\n</system>";
+        let e = parse(text).unwrap_err();
+        assert_eq!(
+            (e.line, e.why.as_str()),
+            (
+                5,
+                "<nvlink> count=\"-1\" must be a non-negative integer (at most 4294967295)"
+            )
         );
     }
 }

@@ -42,6 +42,14 @@ pub const NCCL_DEFAULT_PATH: &str = "/var/run/nvidia-topologyd/virtualTopology.x
 /// The fw_cfg name the host hands the file to the guest under.
 pub const FW_CFG_NAME: &str = "opt/vp2p/nccl-topo.xml";
 
+/// How deep `<pci>` elements may nest below their `<cpu>` in a file vp2p
+/// reads. NCCL 2.28.3 loads at most 256 nodes from a topology file
+/// (`NCCL_TOPO_XML_MAX_NODES`, src/graph/topo.h; `xmlLoadSub` in
+/// src/graph/xml.cc refuses more; NVIDIA/nccl tag v2.28.3-1), so no file NCCL
+/// accepts nests deeper. The readers and the walks over the tree recurse once
+/// per level: the bound keeps a hostile file from overflowing the stack.
+pub const MAX_PCI_DEPTH: usize = 256;
+
 /// The class code NCCL gives switch nodes.
 pub const BRIDGE_CLASS: u32 = 0x060400;
 

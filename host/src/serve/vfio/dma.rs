@@ -3,17 +3,26 @@
 //! (`VFIO_IOMMU_MAP_DMA`); `DMA_UNMAP`, a disconnect or a drop take it away
 //! again, IOMMU first, then the process mapping.
 //!
-//! The memory is the client's own file (a memfd or hugetlbfs file shared by
-//! the VMM); a window is a plain `mmap` held by [`Mapping`], so vm-memory
-//! would add a dependency for one `mmap` and one `munmap`.
+//! The windows are vm-memory's guest memory, with the IOVA as the guest
+//! address: each is a [`GuestRegionMmap`] backed by the client's file (a memfd
+//! or hugetlbfs file shared by the VMM) at the offset it gave, in one
+//! [`GuestMemoryMmap`]. Whether a new window overlaps one already mapped,
+//! which window an address falls in, and whether a window fits the address
+//! space are the library's answers; the host address handed to the IOMMU is
+//! the one vm-memory gives for the window's first IOVA. A window keeps the
+//! client's descriptor open until it is unmapped.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
+use std::sync::Arc;
 
 use vfio_bindings::bindings::vfio::{VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE};
+use vm_memory::{
+    FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+    GuestRegionCollectionError, GuestRegionMmap, MmapRegion,
+};
 
-use super::sys::{self, Mapping};
+use super::sys;
 use crate::serve::backend::DmaMapping;
 
 /// The IOMMU page size the windows are checked against (the smallest the
@@ -38,26 +47,31 @@ impl Iommu for File {
     }
 }
 
-#[derive(Debug)]
-struct Window {
-    map: DmaMapping,
-    _memory: Mapping,
-}
-
-/// The windows of the current client, by IOVA.
+/// The windows of the current client: vm-memory regions keyed by IOVA.
 #[derive(Debug, Default)]
 pub struct DmaWindows {
-    windows: BTreeMap<u64, Window>,
+    memory: GuestMemoryMmap,
 }
 
 fn invalid(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, why)
 }
 
+/// The request a region was mapped for, read back from the region itself.
+fn window(r: &GuestRegionMmap) -> DmaMapping {
+    DmaMapping {
+        iova: r.start_addr().0,
+        size: r.len(),
+        offset: r.file_offset().map_or(0, FileOffset::start),
+        readable: r.prot() & libc::PROT_READ != 0,
+        writable: r.prot() & libc::PROT_WRITE != 0,
+    }
+}
+
 impl DmaWindows {
-    /// Checks a request before anything is mapped: size, alignment, overflow,
-    /// overlap with a window already mapped, and a descriptor to map.
-    pub fn check(&self, map: &DmaMapping, fd: Option<&File>) -> io::Result<()> {
+    /// What the library cannot know about a request: an empty window, page
+    /// alignment, a file offset `mmap` can take, permissions, a descriptor.
+    fn check(map: &DmaMapping, fd: Option<&File>) -> io::Result<()> {
         let what = format!("DMA map of {:#x} bytes at IOVA {:#x}", map.size, map.iova);
         if map.size == 0 {
             return Err(invalid(format!("{what}: empty")));
@@ -68,22 +82,12 @@ impl DmaWindows {
                 map.offset
             )));
         }
-        let end = map
-            .iova
-            .checked_add(map.size)
-            .ok_or_else(|| invalid(format!("{what}: past the end of the address space")))?;
         map.offset
             .checked_add(map.size)
             .filter(|e| i64::try_from(*e).is_ok())
             .ok_or_else(|| invalid(format!("{what}: file offset {:#x} too large", map.offset)))?;
         if !map.readable && !map.writable {
             return Err(invalid(format!("{what}: neither readable nor writable")));
-        }
-        if let Some(w) = self.overlapping(map.iova, end) {
-            return Err(invalid(format!(
-                "{what}: overlaps the window of {:#x} bytes at {:#x}",
-                w.size, w.iova
-            )));
         }
         if fd.is_none() {
             return Err(invalid(format!(
@@ -93,27 +97,58 @@ impl DmaWindows {
         Ok(())
     }
 
-    fn overlapping(&self, start: u64, end: u64) -> Option<&DmaMapping> {
-        self.windows
-            .range(..end)
-            .next_back()
-            .map(|(_, w)| &w.map)
-            .filter(|m| m.iova + m.size > start)
+    /// The window holding `iova`, if one does.
+    fn at(&self, iova: u64) -> Option<DmaMapping> {
+        self.memory.find_region(GuestAddress(iova)).map(window)
     }
 
-    /// Maps a window: the client's memory into this process, then into the IOMMU.
+    /// Maps a window: the client's memory into this process (a vm-memory
+    /// region at the IOVA), then into the IOMMU at the host address vm-memory
+    /// gives for it. Nothing changes when any step refuses.
     pub fn map(&mut self, iommu: &impl Iommu, map: DmaMapping, fd: Option<File>) -> io::Result<()> {
-        self.check(&map, fd.as_ref())?;
-        let fd = fd.ok_or_else(|| invalid("no file descriptor".into()))?;
-        let memory = Mapping::new(&fd, map.offset, map.size, map.writable).map_err(|e| {
+        Self::check(&map, fd.as_ref())?;
+        let what = format!("DMA map of {:#x} bytes at IOVA {:#x}", map.size, map.iova);
+        let fd = fd.ok_or_else(|| invalid(format!("{what}: no file descriptor")))?;
+        let len = usize::try_from(map.size)
+            .map_err(|_| invalid(format!("{what}: larger than this process can map")))?;
+        let prot = if map.readable { libc::PROT_READ } else { 0 }
+            | if map.writable { libc::PROT_WRITE } else { 0 };
+        let mapping = MmapRegion::build(
+            Some(FileOffset::new(fd, map.offset)),
+            len,
+            prot,
+            libc::MAP_SHARED,
+        )
+        .map_err(|e| {
             io::Error::new(
-                e.kind(),
-                format!(
-                    "DMA map of {:#x} bytes at IOVA {:#x}: cannot map the descriptor: {e}",
-                    map.size, map.iova
-                ),
+                io::ErrorKind::InvalidInput,
+                format!("{what}: cannot map the descriptor: {e}"),
             )
         })?;
+        let region = GuestRegionMmap::new(mapping, GuestAddress(map.iova))
+            .ok_or_else(|| invalid(format!("{what}: past the end of the address space")))?;
+        let memory = match self.memory.insert_region(Arc::new(region)) {
+            Ok(m) => m,
+            Err(GuestRegionCollectionError::MemoryRegionOverlap) => {
+                let end = map.iova + map.size;
+                let other = self
+                    .memory
+                    .iter()
+                    .map(window)
+                    .find(|w| w.iova < end && map.iova < w.iova + w.size);
+                return Err(invalid(match other {
+                    Some(w) => format!(
+                        "{what}: overlaps the window of {:#x} bytes at {:#x}",
+                        w.size, w.iova
+                    ),
+                    None => format!("{what}: overlaps a window already mapped"),
+                }));
+            }
+            Err(e) => return Err(invalid(format!("{what}: {e}"))),
+        };
+        let vaddr = memory
+            .get_host_address(GuestAddress(map.iova))
+            .map_err(|e| invalid(format!("{what}: {e}")))?;
         let mut flags = 0;
         if map.readable {
             flags |= VFIO_DMA_MAP_FLAG_READ;
@@ -122,23 +157,9 @@ impl DmaWindows {
             flags |= VFIO_DMA_MAP_FLAG_WRITE;
         }
         iommu
-            .map(memory.addr(), map.iova, map.size, flags)
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "DMA map of {:#x} bytes at IOVA {:#x}: the IOMMU refused it: {e}",
-                        map.size, map.iova
-                    ),
-                )
-            })?;
-        self.windows.insert(
-            map.iova,
-            Window {
-                map,
-                _memory: memory,
-            },
-        );
+            .map(vaddr as u64, map.iova, map.size, flags)
+            .map_err(|e| io::Error::new(e.kind(), format!("{what}: the IOMMU refused it: {e}")))?;
+        self.memory = memory;
         Ok(())
     }
 
@@ -154,47 +175,49 @@ impl DmaWindows {
     ) -> io::Result<usize> {
         let end = iova.saturating_add(size);
         if !all {
-            if let Some(w) = self.overlapping(iova, end) {
-                let (ws, we) = (w.iova, w.iova + w.size);
-                if ws < iova || we > end {
-                    return Err(invalid(format!(
-                        "DMA unmap of {size:#x} bytes at {iova:#x} cuts the window of {:#x} bytes at {ws:#x}",
-                        w.size
-                    )));
-                }
-            }
-            if let Some((_, w)) = self.windows.range(..iova).next_back() {
-                if w.map.iova + w.map.size > iova {
-                    return Err(invalid(format!(
-                        "DMA unmap of {size:#x} bytes at {iova:#x} cuts the window of {:#x} bytes at {:#x}",
-                        w.map.size, w.map.iova
-                    )));
-                }
+            // A window holding the first or the last byte of the range must
+            // start (end) with it.
+            let first = self.at(iova).filter(|w| w.iova < iova);
+            let last = end
+                .checked_sub(1)
+                .filter(|_| size > 0)
+                .and_then(|l| self.at(l).filter(|w| w.iova + w.size > end));
+            if let Some(w) = first.or(last) {
+                return Err(invalid(format!(
+                    "DMA unmap of {size:#x} bytes at {iova:#x} cuts the window of {:#x} bytes at {:#x}",
+                    w.size, w.iova
+                )));
             }
         }
-        let keys: Vec<u64> = if all {
-            self.windows.keys().copied().collect()
-        } else {
-            self.windows.range(iova..end).map(|(k, _)| *k).collect()
-        };
+        let gone: Vec<DmaMapping> = self
+            .memory
+            .iter()
+            .map(window)
+            .filter(|w| all || (w.iova >= iova && w.iova < end))
+            .collect();
         let mut first_err = None;
-        for k in &keys {
-            if let Some(w) = self.windows.remove(k) {
-                // The IOMMU lets go before the process mapping does.
-                if let Err(e) = iommu.unmap(w.map.iova, w.map.size) {
-                    first_err.get_or_insert(e);
-                }
+        for w in &gone {
+            let Ok((memory, region)) = self.memory.remove_region(GuestAddress(w.iova), w.size)
+            else {
+                continue;
+            };
+            self.memory = memory;
+            // The IOMMU lets go before the process mapping does (when
+            // `region`, the last reference, drops).
+            if let Err(e) = iommu.unmap(w.iova, w.size) {
+                first_err.get_or_insert(e);
             }
+            drop(region);
         }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(keys.len()),
+            None => Ok(gone.len()),
         }
     }
 
-    /// The windows mapped now.
+    /// The windows mapped now, by IOVA.
     pub fn mappings(&self) -> Vec<DmaMapping> {
-        self.windows.values().map(|w| w.map).collect()
+        self.memory.iter().map(window).collect()
     }
 }
 
@@ -202,6 +225,7 @@ impl DmaWindows {
 mod tests {
     use super::*;
     use std::cell::RefCell;
+    use std::collections::BTreeMap;
 
     #[derive(Default)]
     struct Fake(RefCell<Vec<String>>);
@@ -280,25 +304,50 @@ mod tests {
 
     proptest::proptest! {
         /// Whatever a client sends, the IOMMU holds exactly the windows the
-        /// server tracks, and nothing once the client is gone.
+        /// server tracks, and nothing once the client is gone. Every answer is
+        /// checked against what VFIO would answer, derived from the request
+        /// and the stand-in IOMMU alone: a map with a descriptor, a size and no
+        /// overlap with a window the IOMMU holds is accepted, any other is
+        /// refused; an unmap that cuts a window is refused, any other removes
+        /// the windows that start inside it. Every valid map must be accepted
+        /// (`accepted == valid`), so a server that refused every map, or
+        /// accepted an overlap, fails here.
         #[test]
         fn the_iommu_holds_exactly_the_tracked_windows(
             ops in proptest::collection::vec((proptest::bool::ANY, 0u64..32, 0u64..6, proptest::bool::ANY), 1..40)
         ) {
             let (iommu, mut w) = (Strict::default(), DmaWindows::default());
             let file = memfd();
+            let (mut valid, mut accepted) = (0, 0);
             for (map, page, pages, with_fd) in ops {
                 let (iova, size) = (page * PAGE, pages * PAGE);
+                let held = iommu.0.borrow().clone();
                 if map {
                     let fd = with_fd.then(|| file.try_clone().unwrap());
-                    let _ = w.map(&iommu, m(iova, size), fd);
+                    let free = !held.iter().any(|(&a, &s)| iova < a + s && a < iova + size);
+                    let want = with_fd && size > 0 && free;
+                    let got = w.map(&iommu, m(iova, size), fd);
+                    valid += usize::from(want);
+                    accepted += usize::from(got.is_ok());
+                    proptest::prop_assert_eq!(got.is_ok(), want, "map {:#x}+{:#x} fd {}: {:?}", iova, size, with_fd, got);
                 } else {
-                    let _ = w.unmap(&iommu, iova, size, false);
+                    let end = iova + size;
+                    let cuts = held.iter().any(|(&a, &s)| {
+                        (a < iova && iova < a + s) || (size > 0 && a < end && end < a + s)
+                    });
+                    let inside = held.keys().filter(|&&a| a >= iova && a < end).count();
+                    let got = w.unmap(&iommu, iova, size, false);
+                    if cuts {
+                        proptest::prop_assert!(got.is_err(), "unmap {:#x}+{:#x} cuts a window", iova, size);
+                    } else {
+                        proptest::prop_assert_eq!(got.ok(), Some(inside));
+                    }
                 }
                 let tracked: BTreeMap<u64, u64> =
                     w.mappings().iter().map(|x| (x.iova, x.size)).collect();
                 proptest::prop_assert_eq!(&tracked, &*iommu.0.borrow());
             }
+            proptest::prop_assert_eq!(accepted, valid);
             w.unmap(&iommu, 0, 0, true).unwrap();
             proptest::prop_assert!(iommu.0.borrow().is_empty());
         }

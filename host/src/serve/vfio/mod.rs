@@ -1,9 +1,9 @@
 //! [`VfioGpu`]: a real device bound to vfio-pci, as a [`GpuBackend`](super::GpuBackend).
 //!
 //! - `group`: the IOMMU group from sysfs and whether it is viable.
-//! - `sys`: every ioctl and `mmap` (the only `unsafe` of the backend).
+//! - `sys`: every ioctl (the only `unsafe` of the backend).
 //! - `regions`: region info, sparse mmap areas, where the MSI-X table is.
-//! - `dma`: the client's DMA windows in the type-1 IOMMU.
+//! - `dma`: the client's DMA windows, vm-memory regions, in the type-1 IOMMU.
 //! - `gpu`: the backend itself.
 //!
 //! What crosses the socket and what does not: config accesses go through

@@ -1,6 +1,7 @@
-//! The one layer that talks to the kernel: every VFIO ioctl and every
-//! `mmap`/`munmap` of the VFIO backend is here, each `unsafe` block with the
-//! reason it is sound. Everything above works with safe types.
+//! The one layer that talks to the kernel: every VFIO ioctl of the VFIO
+//! backend is here, each `unsafe` block with the reason it is sound (the DMA
+//! windows' `mmap`s are vm-memory's, in `dma`). Everything above works with
+//! safe types.
 //!
 //! Ioctl numbers are `_IO(VFIO_TYPE, VFIO_BASE + n)` from `<linux/vfio.h>`;
 //! `_IO` has no direction or size bits on x86-64 and arm64, the targets vp2p builds for.
@@ -9,7 +10,6 @@ use std::fs::File;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, RawFd};
-use std::ptr::NonNull;
 
 use libc::c_ulong;
 use vfio_bindings::bindings::vfio::{
@@ -208,55 +208,4 @@ pub fn unmap_dma(container: &File, iova: u64, size: u64) -> io::Result<u64> {
     };
     ioctl_mut(container, IOMMU_UNMAP_DMA, &mut u)?;
     Ok(u.size)
-}
-
-/// A shared mapping of `len` bytes of a descriptor, unmapped on drop.
-#[derive(Debug)]
-pub struct Mapping {
-    ptr: NonNull<libc::c_void>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory; the pointer is only handed to
-// the kernel (VFIO_IOMMU_MAP_DMA) and to munmap, from whichever thread owns it.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    /// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED, fd, offset)`.
-    pub fn new(fd: &File, offset: u64, len: u64, writable: bool) -> io::Result<Self> {
-        let bad = || io::Error::new(io::ErrorKind::InvalidInput, "mapping too large");
-        let len = usize::try_from(len).map_err(|_| bad())?;
-        let off = libc::off_t::try_from(offset).map_err(|_| bad())?;
-        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-        // SAFETY: a fresh mapping chosen by the kernel (addr NULL), so no
-        // existing memory is replaced; the result is checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                off,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
-        Ok(Self { ptr, len })
-    }
-
-    /// The mapping's address, for `VFIO_IOMMU_MAP_DMA`.
-    pub fn addr(&self) -> u64 {
-        self.ptr.as_ptr() as u64
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned, unmapped once;
-        // no reference into the mapping exists in this process.
-        unsafe { libc::munmap(self.ptr.as_ptr(), self.len) };
-    }
 }

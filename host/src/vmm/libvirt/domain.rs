@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use p2p_shared::excerpt::{short, xml_syntax};
 use p2p_shared::Bdf;
 use roxmltree::{Document, Node};
 
@@ -16,17 +17,23 @@ use p2p_shared::nccl_topo::FW_CFG_NAME;
 /// Why a domain could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DomainError {
-    /// Not well-formed XML.
-    #[error("not XML: {0}")]
-    Xml(#[from] roxmltree::Error),
+    /// Not well-formed XML: the line (the last one when the text ends early)
+    /// and what is wrong, names quoted short ([`p2p_shared::excerpt`]).
+    #[error("not XML: line {line}: {why}")]
+    Xml {
+        /// 1-based line.
+        line: u32,
+        /// What is wrong.
+        why: String,
+    },
     /// Some other root element.
-    #[error("the root element is <{0}>, not <domain>")]
+    #[error("the root element is <{}>, not <domain>", short(.0))]
     NotDomain(String),
     /// A required element is missing.
     #[error("the domain has no <{0}>")]
     Missing(&'static str),
     /// An attribute that must be a number is not one.
-    #[error("line {line}: {element} {attr}='{value}' is not a number")]
+    #[error("line {line}: {element} {attr}='{}' is not a number", short(.value))]
     Number {
         /// 1-based line of the element.
         line: u32,
@@ -38,7 +45,7 @@ pub enum DomainError {
         value: String,
     },
     /// The `qemu` prefix is bound to another namespace.
-    #[error("the prefix qemu is bound to '{0}', not to {QEMU_NAMESPACE}")]
+    #[error("the prefix qemu is bound to '{}', not to {QEMU_NAMESPACE}", short(.0))]
     QemuPrefix(String),
 }
 
@@ -169,7 +176,13 @@ pub struct Domain<'a> {
 impl<'a> Domain<'a> {
     /// Reads `text`.
     pub fn parse(text: &'a str) -> Result<Self, DomainError> {
-        let doc = Document::parse(text)?;
+        let doc = Document::parse(text).map_err(|e| {
+            let s = xml_syntax(text, &e);
+            DomainError::Xml {
+                line: s.line,
+                why: s.why,
+            }
+        })?;
         let root = doc.root_element();
         if root.tag_name().name() != "domain" || root.tag_name().namespace().is_some() {
             return Err(DomainError::NotDomain(root.tag_name().name().to_string()));
@@ -499,7 +512,21 @@ mod tests {
         let e = Domain::parse("<network/>").unwrap_err();
         assert!(e.to_string().contains("<network>"), "{e}");
         let e = Domain::parse("<domain><name>x").unwrap_err();
-        assert!(e.to_string().starts_with("not XML"), "{e}");
+        assert!(e.to_string().starts_with("not XML: line 1: "), "{e}");
+        // Cut short on line 3: named there, not at line 1.
+        let e = Domain::parse("<domain>\n<name>x</name>\n<devices>").unwrap_err();
+        assert!(e.to_string().starts_with("not XML: line 3: "), "{e}");
+        // A huge name is quoted as a short prefix, once.
+        let huge = "a".repeat(1 << 20);
+        let e = Domain::parse(&format!("<domain>\n</{huge}>"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 300, "{} bytes", e.len());
+        assert_eq!(e.matches("(1048576 bytes)").count(), 1, "{e}");
+        let e = Domain::parse(&format!("<{huge}/>"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 300, "{} bytes", e.len());
         let bad = "<domain><name>x</name><devices>\n<hostdev mode='subsystem' type='pci'><source><address bus='0x1g' slot='0' function='0'/></source></hostdev></devices></domain>";
         let e = Domain::parse(bad).unwrap_err();
         assert_eq!(e.to_string(), "line 2: address bus='0x1g' is not a number");

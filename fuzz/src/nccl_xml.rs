@@ -1,0 +1,80 @@
+//! The NCCL topology XML reader (`p2p_shared::nccl_rules::parse`) on any text,
+//! then NCCL's model over what it read, as `p2p-guest nccl-topo explain --file F`
+//! runs it outside a VM. The invariants: no panic and no stack overflow; an
+//! error names a line of the text and quotes at most short prefixes of it; a
+//! tree that is read nests no deeper than `MAX_PCI_DEPTH`.
+
+use p2p_shared::nccl_rules::{self, xml::XmlPci, CpuIdentity, DriverP2p, Graph, NcclEnv};
+use p2p_shared::nccl_rules::{VmFacts, VmFunction};
+use p2p_shared::nccl_topo::MAX_PCI_DEPTH;
+
+/// The longest error message the reader may write: a few short quotes
+/// (`p2p_shared::excerpt::QUOTE_MAX` characters each) and the words around them.
+pub const MESSAGE_MAX: usize = 600;
+
+fn depth(p: &[XmlPci]) -> usize {
+    // Iterative, so that a reader that let a deep tree through fails here
+    // rather than overflowing the fuzzer's own stack.
+    let mut deepest = 0;
+    let mut stack: Vec<(&XmlPci, usize)> = p.iter().map(|n| (n, 1)).collect();
+    while let Some((n, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        stack.extend(n.children.iter().map(|c| (c, d + 1)));
+    }
+    deepest
+}
+
+/// Checks one input; Err says which invariant broke.
+pub fn check(data: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(data);
+    let xml = match nccl_rules::parse(&text) {
+        Ok(xml) => xml,
+        Err(e) => {
+            let lines = text.lines().count().max(1);
+            if e.line == 0 || e.line as usize > lines + 1 {
+                return Err(format!("line {} of a {lines}-line text: {e}", e.line));
+            }
+            if e.why.len() > MESSAGE_MAX {
+                return Err(format!("a {}-byte message: {:.200}", e.why.len(), e.why));
+            }
+            return Ok(());
+        }
+    };
+    for c in &xml.cpus {
+        let d = depth(&c.pci);
+        if d > MAX_PCI_DEPTH {
+            return Err(format!("a tree {d} deep was read"));
+        }
+    }
+    // The model over the file, in a VM that matches it (explain --file F
+    // --no-driver outside a VM).
+    let gpus: Vec<VmFunction> = xml
+        .pci_nodes()
+        .into_iter()
+        .filter(|(_, n)| n.class >> 16 == 0x03)
+        .map(|(numa, n)| VmFunction {
+            busid: n.busid,
+            class: n.class,
+            numa,
+            bridges: Vec::new(),
+            link_speed: n.link_speed.clone(),
+            link_width: n.link_width,
+        })
+        .collect();
+    let order: Vec<_> = gpus.iter().map(|g| g.busid).collect();
+    let vm = VmFacts {
+        cpu: CpuIdentity {
+            arch: "x86_64".into(),
+            vendor: Some("GenuineIntel".into()),
+            familyid: Some(6),
+            modelid: Some(207),
+        },
+        gpus,
+        nics: Vec::new(),
+        nvlinks: None,
+    };
+    let eff = nccl_rules::effective(Some(&xml), &vm);
+    let graph = Graph::build(&eff.xml);
+    nccl_rules::predict(&graph, &NcclEnv::default(), &order, &|_, _| DriverP2p::Allowed);
+    Ok(())
+}
