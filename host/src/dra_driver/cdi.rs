@@ -88,3 +88,37 @@ pub fn spec(
         "devices": devices,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(annotations: &str) -> ResourceClaim {
+        serde_json::from_str(&format!(
+            r#"{{"metadata": {{"name": "gpus", "namespace": "vms", "uid": "u", "annotations": {annotations}}}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn metadata_paths_follow_the_protocol_for_claims_and_templates() {
+        assert_eq!(
+            metadata_container_path(&claim("{}"), "gpu0", "gpu.vp2p.io"),
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/gpus/gpu0/gpu.vp2p.io-metadata.json"
+        );
+        let from_template = claim(r#"{"resource.kubernetes.io/pod-claim-name": "peers"}"#);
+        assert_eq!(
+            metadata_container_path(&from_template, "gpu0", "gpu.vp2p.io"),
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/peers/gpu0/gpu.vp2p.io-metadata.json"
+        );
+    }
+
+    #[test]
+    fn ids_are_kind_equals_name() {
+        assert_eq!(
+            qualified("gpu.vp2p.io", &device_name("3f6c", "gpu-0000-27-00-0")),
+            "gpu.vp2p.io/vfio=3f6c-gpu-0000-27-00-0"
+        );
+        assert_eq!(metadata_name("3f6c", "gpu0"), "3f6c-gpu0-metadata");
+    }
+}

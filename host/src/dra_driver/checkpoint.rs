@@ -127,3 +127,50 @@ impl Checkpoint {
         write_atomic(path, &text)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absent_checkpoint_is_empty_and_a_saved_one_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plugins/gpu.vp2p.io/checkpoint.json");
+        let mut c = Checkpoint::load(&path).unwrap();
+        assert!(c.claims.is_empty());
+        c.claims.insert(
+            "u1".into(),
+            Entry {
+                namespace: "vms".into(),
+                name: "c".into(),
+                state: State::Preparing,
+                devices: Vec::new(),
+                bound: vec![Bound {
+                    bdf: "0000:27:00.0".into(),
+                    driver: Some("nvme".into()),
+                }],
+                files: Vec::new(),
+            },
+        );
+        c.save(&path).unwrap();
+        assert_eq!(Checkpoint::load(&path).unwrap(), c);
+        // Written through a temporary file that is gone after the rename.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["checkpoint.json"]);
+    }
+
+    #[test]
+    fn a_damaged_or_newer_checkpoint_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        std::fs::write(&path, "{\"version\": 1, \"claims\": {\"u1\": ").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err();
+        assert!(e.starts_with(&path.display().to_string()), "{e}");
+        std::fs::write(&path, "{\"version\": 2, \"claims\": {}}").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err();
+        assert!(e.contains("version 2 (this driver reads 1)"), "{e}");
+    }
+}
