@@ -14,6 +14,9 @@ use prost::Message;
 const PROTOS: &[&str] = &[
     "kubelet_deviceplugin_v1beta1.proto",
     "kubevirt_hooks_v1alpha1.proto",
+    "kubelet_pluginregistration_v1.proto",
+    "kubelet_dra_v1.proto",
+    "kubelet_dra_v1beta1.proto",
 ];
 
 /// The file descriptor set of every file in [`PROTOS`], in OUT_DIR

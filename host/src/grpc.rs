@@ -30,6 +30,29 @@ pub mod kubevirt_hooks_v1alpha1 {
     tonic::include_proto!("kubevirt.hooks.plugins.v1alpha1");
 }
 
+/// The kubelet's plugin registration API, v1: the plugin watcher's protocol
+/// (host/proto/kubelet_pluginregistration_v1.proto).
+// Generated code: its items carry the .proto's comments, tonic's own helpers none.
+#[allow(missing_docs, clippy::all)]
+pub mod kubelet_pluginregistration_v1 {
+    tonic::include_proto!("pluginregistration");
+}
+
+/// The kubelet's DRA plugin API, v1 (host/proto/kubelet_dra_v1.proto).
+// Generated code: its items carry the .proto's comments, tonic's own helpers none.
+#[allow(missing_docs, clippy::all)]
+pub mod kubelet_dra_v1 {
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+}
+
+/// The kubelet's DRA plugin API, v1beta1 (host/proto/kubelet_dra_v1beta1.proto):
+/// what kubelets before 1.34 call.
+// Generated code: its items carry the .proto's comments, tonic's own helpers none.
+#[allow(missing_docs, clippy::all)]
+pub mod kubelet_dra_v1beta1 {
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+}
+
 /// A channel to a gRPC server on a unix socket (the kubelet's, a device
 /// plugin's, a plugin hook's).
 pub async fn connect_unix(path: &Path) -> Result<Channel, tonic::transport::Error> {

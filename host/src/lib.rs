@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod device_plugin;
+pub mod dra_driver;
 pub mod grpc;
 pub mod kubevirt_plugin;
 pub mod nvlink;

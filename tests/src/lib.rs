@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod apiserver;
 pub mod ch_contract;
 pub mod ch_server;
+pub mod dra_kubelet;
 pub mod e2e;
 pub mod emitted;
 pub mod grpc_wire;

@@ -9,7 +9,10 @@
 
 use std::collections::BTreeSet;
 
-use p2p_tests::grpc_wire::table::{Api, Field, Type, KUBELET_V1BETA1, KUBEVIRT_HOOKS_V1ALPHA1};
+use p2p_tests::grpc_wire::table::{
+    Api, Field, Type, KUBELET_DRA_V1, KUBELET_DRA_V1BETA1, KUBELET_PLUGINREGISTRATION_V1,
+    KUBELET_V1BETA1, KUBEVIRT_HOOKS_V1ALPHA1,
+};
 use prost::Message as _;
 use prost_types::field_descriptor_proto::{Label, Type as Pt};
 use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
@@ -30,8 +33,8 @@ fn file<'a>(set: &'a FileDescriptorSet, api: &Api) -> &'a FileDescriptorProto {
 }
 
 /// A field as the table says it, in the descriptor's terms:
-/// (number, name, type, label, type name).
-type Row = (i32, String, Pt, Label, String);
+/// (number, name, type, label, type name, proto3 optional).
+type Row = (i32, String, Pt, Label, String, bool);
 
 fn want_row(api: &Api, message: &str, f: &Field) -> Row {
     let label = if f.repeated {
@@ -48,7 +51,7 @@ fn want_row(api: &Api, message: &str, f: &Field) -> Row {
         Type::Message(m) => (Pt::Message, format!(".{}.{m}", api.package)),
         // A map is a repeated nested entry message named after the field
         // (protobuf.dev, proto3 language guide, "Maps", backwards compatibility).
-        Type::MapStringString => {
+        Type::MapStringString | Type::MapStringMessage(_) => {
             let mut entry: String = String::new();
             let mut up = true;
             for c in f.name.chars() {
@@ -67,7 +70,14 @@ fn want_row(api: &Api, message: &str, f: &Field) -> Row {
             )
         }
     };
-    (f.number as i32, f.name.to_string(), ty, label, type_name)
+    (
+        f.number as i32,
+        f.name.to_string(),
+        ty,
+        label,
+        type_name,
+        f.optional,
+    )
 }
 
 fn got_row(f: &FieldDescriptorProto) -> Row {
@@ -77,6 +87,7 @@ fn got_row(f: &FieldDescriptorProto) -> Row {
         f.r#type(),
         f.label(),
         f.type_name().to_string(),
+        f.proto3_optional(),
     )
 }
 
@@ -89,7 +100,7 @@ fn wire_type(t: Pt) -> u8 {
     }
 }
 
-fn check_map_entry(m: &DescriptorProto, type_name: &str) {
+fn check_map_entry(api: &Api, m: &DescriptorProto, type_name: &str, value: Type) {
     let name = type_name.rsplit('.').next().unwrap();
     let entry = m
         .nested_type
@@ -100,14 +111,21 @@ fn check_map_entry(m: &DescriptorProto, type_name: &str) {
         entry.options.as_ref().is_some_and(|o| o.map_entry()),
         "{name} is a map entry"
     );
-    let kv: Vec<(i32, &str, Pt)> = entry
+    let kv: Vec<(i32, &str, Pt, &str)> = entry
         .field
         .iter()
-        .map(|f| (f.number(), f.name(), f.r#type()))
+        .map(|f| (f.number(), f.name(), f.r#type(), f.type_name()))
         .collect();
+    let value = match value {
+        Type::MapStringMessage(v) => (2, "value", Pt::Message, format!(".{}.{v}", api.package)),
+        _ => (2, "value", Pt::String, String::new()),
+    };
     assert_eq!(
         kv,
-        [(1, "key", Pt::String), (2, "value", Pt::String)],
+        [
+            (1, "key", Pt::String, ""),
+            (value.0, value.1, value.2, value.3.as_str())
+        ],
         "{name}"
     );
 }
@@ -167,14 +185,14 @@ fn check_api(api: &Api) {
             .zip(t.fields.iter().map(|f| want_row(api, t.name, f)))
         {
             assert_eq!(wire_type(row.2), f.ty.wire_type(), "{}.{}", t.name, f.name);
-            if f.ty == Type::MapStringString {
-                check_map_entry(m, &row.4);
+            if matches!(f.ty, Type::MapStringString | Type::MapStringMessage(_)) {
+                check_map_entry(api, m, &row.4, f.ty);
             }
         }
         let entries = t
             .fields
             .iter()
-            .filter(|f| f.ty == Type::MapStringString)
+            .filter(|f| matches!(f.ty, Type::MapStringString | Type::MapStringMessage(_)))
             .count();
         assert_eq!(m.nested_type.len(), entries, "{}: nested messages", t.name);
         let reserved: Vec<u32> = m
@@ -197,13 +215,34 @@ fn kubevirt_domain_hook_v1alpha1_is_the_published_api() {
 }
 
 #[test]
+fn kubelet_plugin_registration_v1_is_the_published_api() {
+    check_api(&KUBELET_PLUGINREGISTRATION_V1);
+}
+
+#[test]
+fn kubelet_dra_v1_is_the_published_api() {
+    check_api(&KUBELET_DRA_V1);
+}
+
+#[test]
+fn kubelet_dra_v1beta1_is_the_published_api() {
+    check_api(&KUBELET_DRA_V1BETA1);
+}
+
+#[test]
 fn every_proto_file_is_one_of_the_tables() {
     // A .proto added to host/proto (a new API) needs its table here too.
     let set = descriptors();
     let packages: Vec<&str> = set.file.iter().map(|f| f.package()).collect();
     assert_eq!(
         packages.iter().copied().collect::<BTreeSet<_>>(),
-        BTreeSet::from([KUBELET_V1BETA1.package, KUBEVIRT_HOOKS_V1ALPHA1.package]),
+        BTreeSet::from([
+            KUBELET_V1BETA1.package,
+            KUBEVIRT_HOOKS_V1ALPHA1.package,
+            KUBELET_PLUGINREGISTRATION_V1.package,
+            KUBELET_DRA_V1.package,
+            KUBELET_DRA_V1BETA1.package,
+        ]),
         "{packages:?}"
     );
 }

@@ -1,6 +1,8 @@
 //! `p2p-host dra`: the Dynamic Resource Allocation side. `dra slices` prints,
 //! without a cluster and without an async runtime, the ResourceSlices
-//! (`resource.k8s.io/v1`) the vp2p DRA driver would publish for this node.
+//! (`resource.k8s.io/v1`) the vp2p DRA driver would publish for this node;
+//! `dra driver` runs the driver's kubelet plugin (p2p_host::dra_driver, the
+//! one command here that starts a runtime).
 
 use std::path::PathBuf;
 
@@ -25,6 +27,75 @@ enum DraCommand {
     /// standard PCI attributes and a clique attribute per level (equal value:
     /// the pair may be peers); a table, or the objects with --json / --yaml.
     Slices(SlicesArgs),
+    /// Run the DRA driver's kubelet plugin: register with the kubelet's
+    /// plugin watcher, serve DRAPlugin v1 and v1beta1, and prepare claims of
+    /// this node's devices (IOMMU groups on vfio-pci, a CDI spec and the
+    /// KEP-5304 device metadata, a checkpoint) until SIGTERM.
+    Driver(DriverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DriverArgs {
+    /// sysfs tree to read and bind in.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Treat functions of this class as GPUs, any vendor (2, 4 or 6 hex
+    /// digits); NVIDIA display controllers otherwise.
+    #[arg(long, value_name = "PREFIX")]
+    gpu_class: Option<p2p_shared::select::ClassPrefix>,
+    /// The node's name (the pool the claims' devices are in).
+    #[arg(long, value_name = "NODE", env = "NODE_NAME")]
+    node_name: String,
+    /// The driver's name.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_DRIVER)]
+    driver_name: String,
+    /// The kubelet's root directory: the registration socket goes in its
+    /// plugins_registry/, the DRA socket and the checkpoint in
+    /// plugins/<driver>/.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet")]
+    kubelet_root: PathBuf,
+    /// The registration socket [default: <kubelet-root>/plugins_registry/<driver>-reg.sock].
+    #[arg(long, value_name = "PATH")]
+    registration_socket: Option<PathBuf>,
+    /// The DRA socket [default: <kubelet-root>/plugins/<driver>/dra.sock].
+    #[arg(long, value_name = "PATH")]
+    dra_socket: Option<PathBuf>,
+    /// The checkpoint file [default: <kubelet-root>/plugins/<driver>/checkpoint.json].
+    #[arg(long, value_name = "PATH")]
+    checkpoint: Option<PathBuf>,
+    /// Where CDI specs are written.
+    #[arg(long, value_name = "DIR", default_value = "/var/run/cdi")]
+    cdi_dir: PathBuf,
+    /// Where device metadata files are written on the host (bind-mounted
+    /// into containers by the CDI spec).
+    #[arg(long, value_name = "DIR", default_value = "/var/run/vp2p/dra-metadata")]
+    metadata_dir: PathBuf,
+    /// Read claims from <DIR>/<namespace>/<name>.json (ResourceClaim objects
+    /// as the API server serves them) and publish nothing: a node without
+    /// the API server. Without it claims are read from the API server and
+    /// the node's ResourceSlices published there.
+    #[arg(long, value_name = "DIR")]
+    claims_dir: Option<PathBuf>,
+    /// The kubeconfig to reach the API server with; in a pod the service
+    /// account's credentials are used without it.
+    #[arg(long, value_name = "FILE", env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// How often the node's devices are checked for changes (a change is
+    /// published as a new pool generation), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    resync_ms: u64,
+    /// Bind every endpoint of a claimed device's IOMMU group to vfio-pci at
+    /// prepare (driver_override), and give them back at unprepare; without
+    /// it a group not wholly on vfio-pci is refused.
+    #[arg(long)]
+    bind: bool,
+    /// Give containers /dev/iommu and /dev/vfio/devices/vfioN (iommufd)
+    /// instead of /dev/vfio/vfio and /dev/vfio/<group>.
+    #[arg(long)]
+    iommufd: bool,
+    /// How long a bind may take to show in sysfs, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    bind_timeout_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -58,7 +129,40 @@ pub struct SlicesArgs {
 pub fn run(args: DraArgs) -> anyhow::Result<()> {
     match args.command {
         DraCommand::Slices(a) => slices(a),
+        DraCommand::Driver(a) => driver(a),
     }
+}
+
+fn driver(args: DriverArgs) -> anyhow::Result<()> {
+    use p2p_host::dra_driver::{Settings, Source};
+    let mut s = Settings::new(&args.node_name, &args.driver_name, &args.kubelet_root);
+    s.sysfs_root = args.sysfs_root;
+    if let Some(prefix) = args.gpu_class {
+        s.selector = p2p_shared::GpuSelector::Class { prefix };
+    }
+    s.bind = args.bind;
+    s.iommufd = args.iommufd;
+    s.cdi_dir = args.cdi_dir;
+    s.metadata_dir = args.metadata_dir;
+    s.bind_timeout = std::time::Duration::from_millis(args.bind_timeout_ms);
+    if let Some(p) = args.registration_socket {
+        s.registration_socket = p;
+    }
+    if let Some(p) = args.dra_socket {
+        s.dra_socket = p;
+    }
+    if let Some(p) = args.checkpoint {
+        s.checkpoint = p;
+    }
+    let source = match args.claims_dir {
+        Some(dir) => Source::Dir(dir),
+        None => Source::Cluster {
+            kubeconfig: args.kubeconfig,
+            resync: std::time::Duration::from_millis(args.resync_ms.max(1)),
+        },
+    };
+    p2p_host::dra_driver::run(s, source)?;
+    Ok(())
 }
 
 fn slices(args: SlicesArgs) -> anyhow::Result<()> {

@@ -59,7 +59,8 @@ enum Command {
     /// GetPreferredAllocation with the chooser and Allocate with /dev/vfio.
     DevicePlugin(device_plugin::DevicePluginArgs),
     /// Dynamic Resource Allocation: `dra slices` prints the ResourceSlices
-    /// (resource.k8s.io/v1) the vp2p DRA driver would publish for this node.
+    /// (resource.k8s.io/v1) the vp2p DRA driver would publish for this node;
+    /// `dra driver` runs its kubelet plugin.
     Dra(dra::DraArgs),
     /// Hooks for orchestrators: `kubevirt on-define-domain` patches the domain
     /// KubeVirt's virt-launcher defines (run by its sidecar-shim); `kubevirt

@@ -31,6 +31,7 @@
 
 pub mod allocator;
 mod api;
+pub mod claim;
 pub mod names;
 mod property;
 mod text;

@@ -4,6 +4,12 @@
 //! - the kubelet's device plugin API v1beta1:
 //!   <https://github.com/kubernetes/kubelet/blob/v0.36.3/pkg/apis/deviceplugin/v1beta1/api.proto>
 //!   (tag v0.36.3, commit bbb4f8f0907ace5f317f33e06413a55a5f4636f6);
+//! - the kubelet's plugin registration API v1 (the plugin watcher's protocol):
+//!   <https://github.com/kubernetes/kubelet/blob/v0.36.3/pkg/apis/pluginregistration/v1/api.proto>;
+//! - the kubelet's DRA plugin API v1 and v1beta1:
+//!   <https://github.com/kubernetes/kubelet/blob/v0.36.3/pkg/apis/dra/v1/api.proto>,
+//!   <https://github.com/kubernetes/kubelet/blob/v0.36.3/pkg/apis/dra/v1beta1/api.proto>
+//!   (both of tag v0.36.3 too);
 //! - KubeVirt's plugin hook API v1alpha1, DomainHookService (the service vp2p
 //!   serves; the file's NodeHookService is not vp2p's):
 //!   <https://github.com/kubevirt/kubevirt/blob/v1.9.0/pkg/hooks/plugins/v1alpha1/api.proto>
@@ -29,6 +35,8 @@ pub enum Type {
     Message(&'static str),
     /// `map<string, string>`.
     MapStringString,
+    /// `map<string, M>`, M a message of the same package, by its name.
+    MapStringMessage(&'static str),
 }
 
 impl Type {
@@ -39,7 +47,11 @@ impl Type {
     pub fn wire_type(self) -> u8 {
         match self {
             Type::Bool | Type::Int32 | Type::Int64 => 0,
-            Type::String | Type::Bytes | Type::Message(_) | Type::MapStringString => 2,
+            Type::String
+            | Type::Bytes
+            | Type::Message(_)
+            | Type::MapStringString
+            | Type::MapStringMessage(_) => 2,
         }
     }
 }
@@ -55,6 +67,8 @@ pub struct Field {
     pub ty: Type,
     /// `repeated` (maps are repeated entries on the wire).
     pub repeated: bool,
+    /// proto3 `optional` (presence is tracked: a synthetic oneof).
+    pub optional: bool,
 }
 
 /// One message of an API.
@@ -129,6 +143,17 @@ const fn f(number: u32, name: &'static str, ty: Type) -> Field {
         name,
         ty,
         repeated: false,
+        optional: false,
+    }
+}
+
+const fn opt(number: u32, name: &'static str, ty: Type) -> Field {
+    Field {
+        number,
+        name,
+        ty,
+        repeated: false,
+        optional: true,
     }
 }
 
@@ -138,6 +163,7 @@ const fn rep(number: u32, name: &'static str, ty: Type) -> Field {
         name,
         ty,
         repeated: true,
+        optional: false,
     }
 }
 
@@ -342,3 +368,130 @@ pub const KUBEVIRT_HOOKS_V1ALPHA1: Api = Api {
         msg("MutateDomainResponse", &[f(1, "domain", Bytes)]),
     ],
 };
+
+/// The kubelet's plugin registration API v1 (tag v0.36.3 of k8s.io/kubelet):
+/// its package is `pluginregistration`, without a version.
+pub const KUBELET_PLUGINREGISTRATION_V1: Api = Api {
+    package: "pluginregistration",
+    services: &[(
+        "Registration",
+        &[
+            unary(
+                "/pluginregistration.Registration/GetInfo",
+                "InfoRequest",
+                "PluginInfo",
+            ),
+            unary(
+                "/pluginregistration.Registration/NotifyRegistrationStatus",
+                "RegistrationStatus",
+                "RegistrationStatusResponse",
+            ),
+        ],
+    )],
+    messages: &[
+        msg(
+            "PluginInfo",
+            &[
+                f(1, "type", String),
+                f(2, "name", String),
+                f(3, "endpoint", String),
+                rep(4, "supported_versions", String),
+            ],
+        ),
+        msg(
+            "RegistrationStatus",
+            &[f(1, "plugin_registered", Bool), f(2, "error", String)],
+        ),
+        msg("RegistrationStatusResponse", &[]),
+        msg("InfoRequest", &[]),
+    ],
+};
+
+/// The DRAPlugin service of package `package`, whose paths are given whole
+/// (a const cannot format them).
+macro_rules! dra_api {
+    ($package:literal, $device:expr) => {
+        Api {
+            package: $package,
+            services: &[(
+                "DRAPlugin",
+                &[
+                    unary(
+                        concat!("/", $package, ".DRAPlugin/NodePrepareResources"),
+                        "NodePrepareResourcesRequest",
+                        "NodePrepareResourcesResponse",
+                    ),
+                    unary(
+                        concat!("/", $package, ".DRAPlugin/NodeUnprepareResources"),
+                        "NodeUnprepareResourcesRequest",
+                        "NodeUnprepareResourcesResponse",
+                    ),
+                ],
+            )],
+            messages: &[
+                msg(
+                    "NodePrepareResourcesRequest",
+                    &[rep(1, "claims", Message("Claim"))],
+                ),
+                msg(
+                    "NodePrepareResourcesResponse",
+                    &[rep(
+                        1,
+                        "claims",
+                        MapStringMessage("NodePrepareResourceResponse"),
+                    )],
+                ),
+                msg(
+                    "NodePrepareResourceResponse",
+                    &[rep(1, "devices", Message("Device")), f(2, "error", String)],
+                ),
+                msg("Device", $device),
+                msg(
+                    "NodeUnprepareResourcesRequest",
+                    &[rep(1, "claims", Message("Claim"))],
+                ),
+                msg(
+                    "NodeUnprepareResourcesResponse",
+                    &[rep(
+                        1,
+                        "claims",
+                        MapStringMessage("NodeUnprepareResourceResponse"),
+                    )],
+                ),
+                msg("NodeUnprepareResourceResponse", &[f(1, "error", String)]),
+                msg(
+                    "Claim",
+                    &[
+                        f(1, "namespace", String),
+                        f(2, "uid", String),
+                        f(3, "name", String),
+                    ],
+                ),
+            ],
+        }
+    };
+}
+
+/// The kubelet's DRA plugin API v1 (tag v0.36.3 of k8s.io/kubelet).
+pub const KUBELET_DRA_V1: Api = dra_api!(
+    "k8s.io.kubelet.pkg.apis.dra.v1",
+    &[
+        rep(1, "request_names", String),
+        f(2, "pool_name", String),
+        f(3, "device_name", String),
+        rep(4, "cdi_device_ids", String),
+        opt(5, "share_id", String),
+    ]
+);
+
+/// The kubelet's DRA plugin API v1beta1 (tag v0.36.3 of k8s.io/kubelet): v1
+/// without `Device.share_id`.
+pub const KUBELET_DRA_V1BETA1: Api = dra_api!(
+    "k8s.io.kubelet.pkg.apis.dra.v1beta1",
+    &[
+        rep(1, "request_names", String),
+        f(2, "pool_name", String),
+        f(3, "device_name", String),
+        rep(4, "cdi_device_ids", String),
+    ]
+);

@@ -1,0 +1,226 @@
+//! The driver's API side, through the Kubernetes API server (kube-rs with
+//! k8s-openapi's `resource.k8s.io/v1` types, Kubernetes 1.34's API): the
+//! node's ResourceSlices published (created, replaced, the ones no longer
+//! built deleted), published again with a new pool generation when the
+//! node's devices change, removed on shutdown; and the ResourceClaims read at
+//! prepare. In a cluster the service account's credentials are used, else a
+//! kubeconfig.
+
+use std::path::Path;
+
+use k8s_openapi::api::resource::v1 as k8s;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use p2p_shared::dra::claim::ResourceClaim;
+use p2p_shared::dra::ResourceSlice;
+
+use super::claims::{ClaimRef, ClaimSource};
+
+/// Why the API server could not be reached or answered an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No configuration: not in a cluster, no kubeconfig.
+    #[error("API server configuration: {0}")]
+    Config(String),
+    /// A request failed (connection, or an error status).
+    #[error("{what}: {source}")]
+    Request {
+        /// What was asked.
+        what: String,
+        /// The cause (boxed: kube's error is large).
+        source: Box<kube::Error>,
+    },
+    /// An object did not convert between vp2p's types and the API's.
+    #[error("{what}: {source}")]
+    Convert {
+        /// Which object.
+        what: String,
+        /// The cause.
+        source: serde_json::Error,
+    },
+}
+
+/// A connection to the API server.
+#[derive(Clone)]
+pub struct ApiServer {
+    client: Client,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer").finish_non_exhaustive()
+    }
+}
+
+fn request(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
+    let what = what.into();
+    move |source| ApiError::Request {
+        what,
+        source: Box::new(source),
+    }
+}
+
+fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(
+    what: &str,
+    v: &T,
+) -> Result<U, ApiError> {
+    serde_json::to_value(v)
+        .and_then(serde_json::from_value)
+        .map_err(|source| ApiError::Convert {
+            what: what.to_string(),
+            source,
+        })
+}
+
+/// The HTTP status of an error answer, if the API server gave one.
+fn status(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+impl ApiServer {
+    /// Connects with `kubeconfig`, or as the cluster's pod (or the default
+    /// kubeconfig) when none is given.
+    pub async fn connect(kubeconfig: Option<&Path>) -> Result<Self, ApiError> {
+        let client = match kubeconfig {
+            None => Client::try_default()
+                .await
+                .map_err(|e| ApiError::Config(e.to_string()))?,
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| ApiError::Config(format!("{}: {e}", path.display())))?;
+                let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .map_err(|e| ApiError::Config(format!("{}: {e}", path.display())))?;
+                Client::try_from(config).map_err(|e| ApiError::Config(e.to_string()))?
+            }
+        };
+        Ok(Self { client })
+    }
+
+    fn slices(&self) -> Api<k8s::ResourceSlice> {
+        Api::all(self.client.clone())
+    }
+
+    /// The driver's slices of `node` now on the API server.
+    pub async fn published(
+        &self,
+        node: &str,
+        driver: &str,
+    ) -> Result<Vec<k8s::ResourceSlice>, ApiError> {
+        let lp =
+            ListParams::default().fields(&format!("spec.nodeName={node},spec.driver={driver}"));
+        let list = self.slices().list(&lp).await.map_err(request(format!(
+            "listing the ResourceSlices of node {node}"
+        )))?;
+        // The field selector is the server's to apply; a server that ignores
+        // it must not make us delete another driver's slices.
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|s| s.spec.driver == driver && s.spec.node_name.as_deref() == Some(node))
+            .collect())
+    }
+
+    /// The highest pool generation of the driver's slices of `node` (0: none).
+    pub async fn generation(&self, node: &str, driver: &str) -> Result<i64, ApiError> {
+        Ok(self
+            .published(node, driver)
+            .await?
+            .iter()
+            .map(|s| s.spec.pool.generation)
+            .max()
+            .unwrap_or(0))
+    }
+
+    /// Publishes `slices` (all of one pool): each created, or replaced when
+    /// it exists; the driver's other slices of the node deleted after.
+    pub async fn publish(
+        &self,
+        node: &str,
+        driver: &str,
+        slices: &[ResourceSlice],
+    ) -> Result<(), ApiError> {
+        let api = self.slices();
+        let pp = PostParams::default();
+        for s in slices {
+            let name = s.metadata.name.clone();
+            let mut obj: k8s::ResourceSlice = convert(&format!("ResourceSlice {name}"), s)?;
+            match api.create(&pp, &obj).await {
+                Ok(_) => continue,
+                Err(e) if status(&e) == Some(409) => {}
+                Err(e) => return Err(request(format!("creating ResourceSlice {name}"))(e)),
+            }
+            // It exists: replace it at the version read now.
+            let current = api
+                .get(&name)
+                .await
+                .map_err(request(format!("reading ResourceSlice {name}")))?;
+            obj.metadata.resource_version = current.metadata.resource_version;
+            api.replace(&name, &pp, &obj)
+                .await
+                .map_err(request(format!("replacing ResourceSlice {name}")))?;
+        }
+        let keep: Vec<&str> = slices.iter().map(|s| s.metadata.name.as_str()).collect();
+        for old in self.published(node, driver).await? {
+            let Some(name) = old.metadata.name else {
+                continue;
+            };
+            if !keep.contains(&name.as_str()) {
+                self.delete(&name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), ApiError> {
+        match self.slices().delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if status(&e) == Some(404) => Ok(()),
+            Err(e) => Err(request(format!("deleting ResourceSlice {name}"))(e)),
+        }
+    }
+
+    /// Deletes every slice of the driver on `node` (on shutdown).
+    pub async fn remove(&self, node: &str, driver: &str) -> Result<usize, ApiError> {
+        let old = self.published(node, driver).await?;
+        let mut n = 0;
+        for s in old {
+            if let Some(name) = s.metadata.name {
+                self.delete(&name).await?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The ResourceClaim `namespace/name`.
+    pub async fn claim(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ApiError> {
+        let api: Api<k8s::ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
+        let what = format!("ResourceClaim {namespace}/{name}");
+        let obj = api
+            .get(name)
+            .await
+            .map_err(request(format!("reading {what}")))?;
+        convert(&what, &obj)
+    }
+}
+
+/// Claims read from the API server, from the blocking threads prepare runs on.
+#[derive(Debug, Clone)]
+pub struct ApiClaims {
+    /// The connection.
+    pub api: ApiServer,
+    /// The runtime the connection lives on.
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl ClaimSource for ApiClaims {
+    fn claim(&self, claim: &ClaimRef) -> Result<ResourceClaim, String> {
+        self.runtime
+            .block_on(self.api.claim(&claim.namespace, &claim.name))
+            .map_err(|e| e.to_string())
+    }
+}

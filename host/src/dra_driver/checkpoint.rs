@@ -1,0 +1,176 @@
+//! The driver's record of what it prepared, on disk, so that a restart
+//! neither loses a preparation (unprepare still undoes it) nor doubles one
+//! (prepare again answers the same ids). Each step that changes the node is
+//! recorded before it is taken: a function is recorded with its driver
+//! before it is bound, so a crash between the two leaves a record that
+//! unprepare, or the next prepare's rollback, acts on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The checkpoint file's format version.
+pub const VERSION: u32 = 1;
+
+/// Every claim the driver prepared or is preparing, by uid.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// [`VERSION`].
+    pub version: u32,
+    /// Claim uid to its record.
+    pub claims: BTreeMap<String, Entry>,
+}
+
+/// Where a claim's preparation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum State {
+    /// Started, not finished: a restart found it mid-way.
+    Preparing,
+    /// Done; the devices are the answer.
+    Prepared,
+}
+
+/// One claim's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// Where it stands.
+    pub state: State,
+    /// The devices prepared (their CDI ids once prepared).
+    pub devices: Vec<PreparedDevice>,
+    /// Functions this driver bound to vfio-pci for the claim, with the
+    /// driver each had before (given back at unprepare).
+    pub bound: Vec<Bound>,
+    /// Files written for the claim (CDI spec, device metadata).
+    pub files: Vec<PathBuf>,
+}
+
+/// One prepared device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedDevice {
+    /// The claim's request it serves.
+    pub request: String,
+    /// Its pool.
+    pub pool: String,
+    /// Its name in the pool.
+    pub device: String,
+    /// Its PCI address.
+    pub bdf: String,
+    /// The CDI device ids the runtime adds for it.
+    pub cdi_ids: Vec<String>,
+}
+
+/// A function bound by the driver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bound {
+    /// Its PCI address.
+    pub bdf: String,
+    /// Its driver before (none: it had none).
+    pub driver: Option<String>,
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same
+/// directory, synced, then renamed over `path`, so a reader (the container
+/// runtime, a restarted driver) sees the old file or the new one, never half.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.unwrap_or_default(),
+        std::process::id()
+    ));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+impl Checkpoint {
+    /// The checkpoint at `path`; an absent file is an empty checkpoint.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let c: Checkpoint =
+                    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                if c.version != VERSION {
+                    return Err(format!(
+                        "{}: version {} (this driver reads {VERSION})",
+                        path.display(),
+                        c.version
+                    ));
+                }
+                Ok(c)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self {
+                version: VERSION,
+                claims: BTreeMap::new(),
+            }),
+            Err(e) => Err(format!("reading {}: {e}", path.display())),
+        }
+    }
+
+    /// Writes the checkpoint to `path` atomically.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        write_atomic(path, &text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absent_checkpoint_is_empty_and_a_saved_one_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plugins/gpu.vp2p.io/checkpoint.json");
+        let mut c = Checkpoint::load(&path).unwrap();
+        assert!(c.claims.is_empty());
+        c.claims.insert(
+            "u1".into(),
+            Entry {
+                namespace: "vms".into(),
+                name: "c".into(),
+                state: State::Preparing,
+                devices: Vec::new(),
+                bound: vec![Bound {
+                    bdf: "0000:27:00.0".into(),
+                    driver: Some("nvme".into()),
+                }],
+                files: Vec::new(),
+            },
+        );
+        c.save(&path).unwrap();
+        assert_eq!(Checkpoint::load(&path).unwrap(), c);
+        // Written through a temporary file that is gone after the rename.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["checkpoint.json"]);
+    }
+
+    #[test]
+    fn a_damaged_or_newer_checkpoint_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        std::fs::write(&path, "{\"version\": 1, \"claims\": {\"u1\": ").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err();
+        assert!(e.starts_with(&path.display().to_string()), "{e}");
+        std::fs::write(&path, "{\"version\": 2, \"claims\": {}}").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err();
+        assert!(e.contains("version 2 (this driver reads 1)"), "{e}");
+    }
+}

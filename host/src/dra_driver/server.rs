@@ -1,0 +1,169 @@
+//! The driver's two gRPC services: Registration (the kubelet's plugin
+//! watcher asks who we are) and DRAPlugin v1 and v1beta1 (the kubelet
+//! prepares and unprepares claims), each answering from [`Driver`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::claims::ClaimRef;
+use super::prepare::{ClaimError, Driver};
+use crate::grpc::kubelet_pluginregistration_v1 as reg;
+use crate::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1, quote, refusal};
+
+/// The plugin type the kubelet's plugin watcher knows DRA drivers by.
+pub const PLUGIN_TYPE: &str = "DRAPlugin";
+
+/// The services the driver serves on its DRA socket, newest first, as
+/// `PluginInfo.supported_versions` names them (k8s.io/kubelet v0.36.3,
+/// pkg/apis/dra/v1/types.go `DRAPluginService`, and v1beta1's).
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+
+/// The Registration service.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// What GetInfo answers.
+    pub info: reg::PluginInfo,
+    /// Where the kubelet's verdict is told.
+    pub log: fn(&str),
+}
+
+#[tonic::async_trait]
+impl reg::registration_server::Registration for Registration {
+    async fn get_info(
+        &self,
+        _: Request<reg::InfoRequest>,
+    ) -> Result<Response<reg::PluginInfo>, Status> {
+        Ok(Response::new(self.info.clone()))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        req: Request<reg::RegistrationStatus>,
+    ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
+        let s = req.into_inner();
+        if s.plugin_registered {
+            (self.log)(&format!("the kubelet registered {}", self.info.name));
+        } else {
+            (self.log)(&format!(
+                "the kubelet refused {}: {}",
+                self.info.name,
+                quote(&s.error)
+            ));
+        }
+        Ok(Response::new(reg::RegistrationStatusResponse {}))
+    }
+}
+
+/// DRAPlugin, in the version its type parameter's generated code speaks.
+#[derive(Debug, Clone)]
+pub struct DraService {
+    /// The node side.
+    pub driver: Arc<Driver>,
+}
+
+/// The claim the kubelet names; a claim without a uid makes the whole call
+/// malformed (its answer could not be keyed), refused as INVALID_ARGUMENT.
+fn claim_ref(namespace: String, name: String, uid: String) -> Result<ClaimRef, Box<Status>> {
+    if uid.is_empty() {
+        return Err(Box::new(refusal(
+            tonic::Code::InvalidArgument,
+            &format!("claim {}/{}: no uid", quote(&namespace), quote(&name)),
+        )));
+    }
+    Ok(ClaimRef {
+        namespace,
+        name,
+        uid,
+    })
+}
+
+/// Runs `f` on each claim off the async threads (sysfs writes and waits).
+async fn each<T: Send + 'static>(
+    driver: &Arc<Driver>,
+    claims: Vec<ClaimRef>,
+    f: fn(&Driver, &ClaimRef) -> Result<T, ClaimError>,
+) -> Result<Vec<(ClaimRef, Result<T, ClaimError>)>, Status> {
+    let driver = driver.clone();
+    tokio::task::spawn_blocking(move || {
+        claims
+            .into_iter()
+            .map(|c| {
+                let r = f(&driver, &c);
+                if let Err(e) = &r {
+                    (driver.settings().log)(&e.0);
+                }
+                (c, r)
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| Status::internal(format!("the preparing task failed: {e}")))
+}
+
+macro_rules! dra_service {
+    ($m:ident, { $($extra:tt)* }) => {
+        #[tonic::async_trait]
+        impl $m::dra_plugin_server::DraPlugin for DraService {
+            async fn node_prepare_resources(
+                &self,
+                req: Request<$m::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$m::NodePrepareResourcesResponse>, Status> {
+                let claims = req
+                    .into_inner()
+                    .claims
+                    .into_iter()
+                    .map(|c| claim_ref(c.namespace, c.name, c.uid))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| *e)?;
+                let mut out = HashMap::new();
+                for (c, r) in each(&self.driver, claims, Driver::prepare).await? {
+                    let entry = match r {
+                        Ok(devices) => $m::NodePrepareResourceResponse {
+                            devices: devices
+                                .into_iter()
+                                .map(|d| $m::Device {
+                                    request_names: vec![d.request],
+                                    pool_name: d.pool,
+                                    device_name: d.device,
+                                    cdi_device_ids: d.cdi_ids,
+                                    $($extra)*
+                                })
+                                .collect(),
+                            error: String::new(),
+                        },
+                        Err(e) => $m::NodePrepareResourceResponse {
+                            devices: Vec::new(),
+                            error: crate::grpc::bounded(&e.0),
+                        },
+                    };
+                    out.insert(c.uid, entry);
+                }
+                Ok(Response::new($m::NodePrepareResourcesResponse { claims: out }))
+            }
+
+            async fn node_unprepare_resources(
+                &self,
+                req: Request<$m::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$m::NodeUnprepareResourcesResponse>, Status> {
+                let claims = req
+                    .into_inner()
+                    .claims
+                    .into_iter()
+                    .map(|c| claim_ref(c.namespace, c.name, c.uid))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| *e)?;
+                let mut out = HashMap::new();
+                for (c, r) in each(&self.driver, claims, Driver::unprepare).await? {
+                    let error = r.err().map(|e| crate::grpc::bounded(&e.0)).unwrap_or_default();
+                    out.insert(c.uid, $m::NodeUnprepareResourceResponse { error });
+                }
+                Ok(Response::new($m::NodeUnprepareResourcesResponse { claims: out }))
+            }
+        }
+    };
+}
+
+dra_service!(v1, { share_id: None, });
+dra_service!(v1beta1, {});
