@@ -86,47 +86,21 @@ pub enum CmdlineFileError {
 /// the live one), trimmed: a regular file of at most [`CMDLINE_MAX`] bytes.
 /// Opened without blocking, so a FIFO is refused rather than waited on.
 pub fn read_cmdline(path: &Path) -> Result<String, CmdlineFileError> {
-    use std::io::Read;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let io = |source| CmdlineFileError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io)?;
-    let t = file.metadata().map_err(io)?.file_type();
-    if !t.is_file() {
-        let kind = if t.is_dir() {
-            "a directory"
-        } else if t.is_char_device() {
-            "a character device"
-        } else if t.is_block_device() {
-            "a block device"
-        } else if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            "not a file"
-        };
-        return Err(CmdlineFileError::NotRegular {
+    use crate::bounded_file::{read_limited, ReadRefused};
+    // /proc/cmdline says size 0: read_limited bounds what is read, not stat.
+    let bytes = read_limited(path, CMDLINE_MAX).map_err(|e| match e {
+        ReadRefused::Io(source) => CmdlineFileError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        ReadRefused::NotAFile(kind) => CmdlineFileError::NotRegular {
             path: path.to_path_buf(),
             kind,
-        });
-    }
-    // /proc/cmdline says size 0: the bound is on what is read, not on stat.
-    let mut bytes = Vec::new();
-    file.take(CMDLINE_MAX + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > CMDLINE_MAX {
-        return Err(CmdlineFileError::TooLong {
+        },
+        ReadRefused::TooBig { .. } => CmdlineFileError::TooLong {
             path: path.to_path_buf(),
-        });
-    }
+        },
+    })?;
     let text = String::from_utf8(bytes).map_err(|e| CmdlineFileError::NotText {
         path: path.to_path_buf(),
         offset: e.utf8_error().valid_up_to(),

@@ -3,6 +3,7 @@
 //! Reads the real PCI topology from sysfs (works with GPUs bound to vfio-pci,
 //! where `nvidia-smi` cannot run), discovers NVLink, and captures trees for tests.
 
+pub mod bounded_file;
 pub mod check;
 pub mod device_plugin;
 pub mod dra_driver;
