@@ -238,7 +238,7 @@ pub fn build_slices(topo: &Topology, opts: &SliceOptions) -> Result<Publication,
             continue;
         };
         let dev = device(topo, f, *kind, opts.driver, &nvlink, &fm, &nics);
-        check_device(&dev, *bdf)?;
+        names::check_device(&dev, *bdf)?;
         devices.push(dev);
     }
     let chunks: Vec<Vec<Device>> = if devices.is_empty() {
@@ -500,42 +500,6 @@ fn nearest_nic(topo: &Topology, f: &PciFunction, nics: &[Bdf]) -> Option<(Bdf, P
         .map(|n| (classify_functions(topo, f, n).pcie_class, n.bdf))
         .min_by_key(|(c, b)| (c.pcie_rank().unwrap_or(u8::MAX), *b))
         .map(|(c, b)| (b, c))
-}
-
-/// Kubernetes' limits on one device: its name, the attribute count, every
-/// attribute's name and value.
-fn check_device(d: &Device, bdf: Bdf) -> Result<(), SliceError> {
-    let bad = |name: &str, value: String, why| SliceError::BadAttribute {
-        device: d.name.clone(),
-        name: name.to_string(),
-        value,
-        why,
-    };
-    if !names::is_dns_label(&d.name, MAX_DEVICE_NAME) {
-        return Err(bad("(device name)", d.name.clone(), "not a DNS label"));
-    }
-    if d.attributes.len() > MAX_ATTRIBUTES_PER_DEVICE {
-        return Err(SliceError::TooManyAttributes {
-            device: d.name.clone(),
-            bdf,
-            count: d.attributes.len(),
-        });
-    }
-    for (name, value) in &d.attributes {
-        if !names::is_qualified_name(name) {
-            return Err(bad(name, format!("{value:?}"), "the name is not a C identifier of at most 32 characters after a DNS subdomain of at most 63"));
-        }
-        if let DeviceAttribute::String(v) | DeviceAttribute::Version(v) = value {
-            if v.len() > MAX_VALUE {
-                return Err(bad(
-                    name,
-                    v.clone(),
-                    "the value is longer than 64 characters",
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

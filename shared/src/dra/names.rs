@@ -2,7 +2,12 @@
 //! (k8s.io/apimachinery validation: `IsDNS1123Label`, `IsDNS1123Subdomain`,
 //! `IsCIdentifier`; limits from resource/v1 types.go, see [`super::api`]).
 
-use super::api::{MAX_DOMAIN, MAX_ID};
+use super::api::{
+    Device, DeviceAttribute, MAX_ATTRIBUTES_PER_DEVICE, MAX_DEVICE_NAME, MAX_DOMAIN, MAX_ID,
+    MAX_VALUE,
+};
+use super::SliceError;
+use crate::bdf::Bdf;
 
 /// A DNS label (RFC 1123): 1 to `max` lowercase letters, digits and `-`,
 /// starting and ending with a letter or digit.
@@ -66,4 +71,40 @@ mod tests {
         let bdf = "0000:41:00.0".parse().unwrap();
         assert_eq!(device_name("gpu", bdf), "gpu-0000-41-00-0");
     }
+}
+
+/// Kubernetes' limits on one device: its name, the attribute count, every
+/// attribute's name and value.
+pub(super) fn check_device(d: &Device, bdf: Bdf) -> Result<(), SliceError> {
+    let bad = |name: &str, value: String, why| SliceError::BadAttribute {
+        device: d.name.clone(),
+        name: name.to_string(),
+        value,
+        why,
+    };
+    if !is_dns_label(&d.name, MAX_DEVICE_NAME) {
+        return Err(bad("(device name)", d.name.clone(), "not a DNS label"));
+    }
+    if d.attributes.len() > MAX_ATTRIBUTES_PER_DEVICE {
+        return Err(SliceError::TooManyAttributes {
+            device: d.name.clone(),
+            bdf,
+            count: d.attributes.len(),
+        });
+    }
+    for (name, value) in &d.attributes {
+        if !is_qualified_name(name) {
+            return Err(bad(name, format!("{value:?}"), "the name is not a C identifier of at most 32 characters after a DNS subdomain of at most 63"));
+        }
+        if let DeviceAttribute::String(v) | DeviceAttribute::Version(v) = value {
+            if v.len() > MAX_VALUE {
+                return Err(bad(
+                    name,
+                    v.clone(),
+                    "the value is longer than 64 characters",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
