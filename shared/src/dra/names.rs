@@ -50,29 +50,6 @@ pub fn device_name(kind: &str, bdf: crate::Bdf) -> String {
     format!("{kind}-{}", bdf.to_string().replace([':', '.'], "-"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_the_rfc_1123_and_c_rules() {
-        assert!(is_dns_label("gpu-0000-41-00-0", 63));
-        assert!(!is_dns_label("-gpu", 63) && !is_dns_label("gpu-", 63));
-        assert!(!is_dns_label("Gpu", 63) && !is_dns_label("", 63));
-        assert!(is_dns_label(&"a".repeat(63), 63) && !is_dns_label(&"a".repeat(64), 63));
-        assert!(is_dns_subdomain("gpu.vp2p.io", 63));
-        assert!(!is_dns_subdomain("gpu..vp2p.io", 63) && !is_dns_subdomain("gpu.vp2p.io.", 63));
-        assert!(is_c_identifier("cliquePix") && is_c_identifier("_x1"));
-        assert!(!is_c_identifier("1x") && !is_c_identifier("a-b"));
-        assert!(is_c_identifier(&"a".repeat(32)) && !is_c_identifier(&"a".repeat(33)));
-        assert!(is_qualified_name("resource.kubernetes.io/pciBusID"));
-        assert!(is_qualified_name("kind"));
-        assert!(!is_qualified_name("Resource.io/x") && !is_qualified_name("a/b/c"));
-        let bdf = "0000:41:00.0".parse().unwrap();
-        assert_eq!(device_name("gpu", bdf), "gpu-0000-41-00-0");
-    }
-}
-
 /// Kubernetes' limits on one device: its name, the attribute count, every
 /// attribute's name and value.
 pub(super) fn check_device(d: &Device, bdf: Bdf) -> Result<(), SliceError> {
@@ -107,4 +84,27 @@ pub(super) fn check_device(d: &Device, bdf: Bdf) -> Result<(), SliceError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rfc_1123_and_c_rules() {
+        assert!(is_dns_label("gpu-0000-41-00-0", 63));
+        assert!(!is_dns_label("-gpu", 63) && !is_dns_label("gpu-", 63));
+        assert!(!is_dns_label("Gpu", 63) && !is_dns_label("", 63));
+        assert!(is_dns_label(&"a".repeat(63), 63) && !is_dns_label(&"a".repeat(64), 63));
+        assert!(is_dns_subdomain("gpu.vp2p.io", 63));
+        assert!(!is_dns_subdomain("gpu..vp2p.io", 63) && !is_dns_subdomain("gpu.vp2p.io.", 63));
+        assert!(is_c_identifier("cliquePix") && is_c_identifier("_x1"));
+        assert!(!is_c_identifier("1x") && !is_c_identifier("a-b"));
+        assert!(is_c_identifier(&"a".repeat(32)) && !is_c_identifier(&"a".repeat(33)));
+        assert!(is_qualified_name("resource.kubernetes.io/pciBusID"));
+        assert!(is_qualified_name("kind"));
+        assert!(!is_qualified_name("Resource.io/x") && !is_qualified_name("a/b/c"));
+        let bdf = "0000:41:00.0".parse().unwrap();
+        assert_eq!(device_name("gpu", bdf), "gpu-0000-41-00-0");
+    }
 }
