@@ -45,6 +45,7 @@ mod limits;
 mod memory;
 mod registers;
 mod session;
+mod socket;
 mod spec;
 pub mod vfio;
 pub mod wire;
