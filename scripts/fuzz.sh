@@ -152,7 +152,7 @@ seed_nccl_xml() {
 seed_serve_conf() {
     local corpus=$1 f long
     f=$(mktemp)
-    add_seed "$root/host/packaging/serve.conf" "$corpus" example
+    add_seed "$root/host/cli/packaging/serve.conf" "$corpus" example
     printf 'socket=/run/vp2p/vm1/e.sock,vfio=0000:00:03.0,clique=2,allow-non-nvidia # edu\n' >"$f" && add_seed "$f" "$corpus" vfio
     printf 'socket=/run/a.sock,config=/c,clique=1\nsocket=/run/a.sock,config=/d,clique=2,resource=/r,max-bar=256M,any-offset=off\n' >"$f" && add_seed "$f" "$corpus" twice
     long=$(printf 's%.0s' $(seq 97))
@@ -168,7 +168,7 @@ ld() { printf '\\x%02x\\x%02x%s' "$1" "${#2}" "$2"; }
 
 # Device plugin seeds: a method byte (0 options, 1 ListAndWatch, 2 preferred,
 # 3 Allocate, 4 PreStartContainer; +128 for the strict policy), then the
-# request in the published encoding (host/proto/kubelet_deviceplugin_v1beta1.proto).
+# request in the published encoding (host/kube/proto/kubelet_deviceplugin_v1beta1.proto).
 seed_device_plugin() {
     local corpus=$1 f ids="" g
     f=$(mktemp)

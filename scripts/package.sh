@@ -6,7 +6,7 @@
 # Each package holds the binary (release build), a man page per subcommand and
 # the bash/zsh/fish completions (both made by the binary's hidden `assets`
 # command from its clap definition), its systemd units, README and licence;
-# the metadata is in [package.metadata.deb] of host/Cargo.toml and
+# the metadata is in [package.metadata.deb] of host/cli/Cargo.toml and
 # guest/Cargo.toml. Installs what it needs on a fresh Debian 12 machine with
 # cargo: cargo-deb 3.8.0 (cargo install) and dpkg-dev (for the shared-library
 # dependencies). `--version` names the commit: VP2P_COMMIT, else HEAD.
@@ -27,12 +27,13 @@ fi
 
 target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 log "cargo build --release (p2p-host, p2p-guest)"
-cargo build --release --locked --quiet -p p2p-host -p p2p-guest
+cargo build --release --locked --quiet -p p2p-host-cli -p p2p-guest
 mkdir -p "$target/debian"
 for bin in p2p-host p2p-guest; do
     assets="$target/release/vp2p-assets/$bin"
     rm -rf "$assets"
     "$target/release/$bin" assets --out "$assets" >/dev/null
     gzip -9n "$assets"/man/*.1
-    cargo deb --no-build --locked --quiet -p "$bin" --output "$target/debian/"
+    pkg="$bin"; [ "$bin" = p2p-host ] && pkg=p2p-host-cli   # the .deb is still named p2p-host
+    cargo deb --no-build --locked --quiet -p "$pkg" --output "$target/debian/"
 done

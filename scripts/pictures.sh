@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 out="${1:-docs/pictures}"
 mkdir -p "$out"
 if [ -z "${P2P_HOST:-}" ] || [ -z "${P2P_GUEST:-}" ]; then
-    cargo build -q -p p2p-host -p p2p-guest --bins
+    cargo build -q -p p2p-host-cli -p p2p-guest --bins
 fi
 host="${P2P_HOST:-target/debug/p2p-host}"
 guest="${P2P_GUEST:-target/debug/p2p-guest}"

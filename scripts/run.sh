@@ -7,7 +7,7 @@
 #   bash scripts/run.sh [topo options, e.g. --json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p p2p-host
+cargo build --release -q -p p2p-host-cli
 bin=target/release/p2p-host
 has_gpu=no
 for d in /sys/bus/pci/devices/*; do

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use p2p_host::device_plugin::api::*;
-use p2p_host::device_plugin::{self, Inventory, Policy, Selector};
-use p2p_host::grpc::MAX_MESSAGE;
+use p2p_host_kube::device_plugin::api::*;
+use p2p_host_kube::device_plugin::{self, Inventory, Policy, Selector};
+use p2p_host_kube::grpc::MAX_MESSAGE;
+use p2p_host::sysfs::SysfsReader;
 use p2p_shared::classify::PathClass;
 use p2p_shared::clique::MaxLevel;
 use prost::Message;
@@ -70,7 +71,8 @@ fn target() -> &'static Target {
             device: 0x0010,
         };
         let make = |policy: Policy| {
-            let inv = Inventory::discover(&tree, "vp2p.io/nvme", selector)
+            let reader = std::sync::Arc::new(SysfsReader::pci_only(p2p_shared::GpuSelector::Nvidia));
+            let inv = Inventory::discover(reader, &tree, "vp2p.io/nvme", selector)
                 .unwrap()
                 .with_policy(policy);
             assert_eq!(inv.gpus().len(), 5);

@@ -16,9 +16,9 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use p2p_host::grpc::MAX_MESSAGE;
-use p2p_host::kubevirt_plugin::api::*;
-use p2p_host::kubevirt_plugin::{self, Hook, Outcome};
+use p2p_host_kube::grpc::MAX_MESSAGE;
+use p2p_host_kube::kubevirt_plugin::api::*;
+use p2p_host_kube::kubevirt_plugin::{self, Hook, Outcome};
 use p2p_host::vmm::libvirt::Domain;
 use prost::Message;
 use tonic::Request;

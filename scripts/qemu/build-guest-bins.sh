@@ -3,8 +3,9 @@
 #
 #   scripts/qemu/build-guest-bins.sh [--package p2p-host|p2p-guest]... [--print-dir] [--quiet]
 #
-# Builds every bin of p2p-host and p2p-guest (when those packages exist; --package limits
-# the build to the named ones, e.g. a test that only needs p2p-host) with
+# Builds the binaries p2p-host (package p2p-host-cli, host/cli) and p2p-guest (package
+# p2p-guest, guest/) (--package limits the build to the named binaries, e.g. a test
+# that only needs p2p-host) with
 #   RUSTFLAGS='-C target-feature=+crt-static' cargo build --release
 #       --target x86_64-unknown-linux-gnu --target-dir target/static
 # and checks that each one is statically linked (the initramfs has no Rust runtime
@@ -36,13 +37,16 @@ CARGO="${CARGO:-cargo}"
 PKGS=()
 BINS=()
 [ ${#ONLY[@]} -gt 0 ] || ONLY=(p2p-host p2p-guest)
-for p in "${ONLY[@]}"; do
-    dir="${p#p2p-}"
+for b in "${ONLY[@]}"; do
+    case "$b" in
+        p2p-host) pkg=p2p-host-cli dir=host/cli ;;
+        p2p-guest) pkg=p2p-guest dir=guest ;;
+    esac
     if [ -f "$REPO/$dir/Cargo.toml" ] && [ -f "$REPO/$dir/src/main.rs" ]; then
-        PKGS+=(-p "$p"); BINS+=("$p")
+        PKGS+=(-p "$pkg"); BINS+=("$b")
     fi
 done
-[ ${#PKGS[@]} -gt 0 ] || die "neither host/ nor guest/ has a binary to build"
+[ ${#PKGS[@]} -gt 0 ] || die "neither host/cli/ nor guest/ has a binary to build"
 
 log "building ${BINS[*]} (static, release) into $TDIR"
 # Build from the repository root so the workspace's Cargo.lock is used; --bins keeps

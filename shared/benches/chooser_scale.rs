@@ -3,7 +3,7 @@
 //!
 //!     cargo bench -p p2p-shared --bench chooser_scale
 //!
-//! The topology is generated in memory, laid out like host/benches/topo_scale's
+//! The topology is generated in memory, laid out like host/cli/benches/topo_scale's
 //! HGX tree but wider: 2 sockets (NUMA 0, 1) x 2 host bridges x 2 PCIe
 //! switches, each switch with 2 GPUs and 2 RDMA NICs on its own downstream
 //! ports, every endpoint in its own IOMMU group. So GPU pairs are PIX (one

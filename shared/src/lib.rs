@@ -37,4 +37,4 @@ pub use classify::{classify, classify_functions, NvLinkBond, PairPath, PathClass
 pub use gpu::{CudaOrdinal, GpuIndex};
 pub use select::{GpuSelector, Role};
 pub use size::{ByteSize, ByteSizeError};
-pub use topology::Topology;
+pub use topology::{Topology, TopologyReadError, TopologyReader};

@@ -218,3 +218,32 @@ impl Topology {
         self.host_bridges.sort_by_key(|h| (h.domain, h.bus));
     }
 }
+
+/// How code that re-reads the host while it runs (the Kubernetes edge: the
+/// device plugin's health, the DRA driver's slices and prepares) gets the
+/// topology of a sysfs tree. p2p-host's scan implements it; a trait so the
+/// code that asks needs none of the code that reads, and a test can hand it
+/// any reader.
+pub trait TopologyReader: Send + Sync + std::fmt::Debug {
+    /// The topology under `root` (`/sys`, or a captured copy) as it is now,
+    /// with the NVLinks the reader knows of.
+    fn read(&self, root: &std::path::Path) -> Result<Topology, TopologyReadError>;
+
+    /// The directory the tree's files are under, as [`read`](Self::read)
+    /// takes it (`root`, or `root/sysfs` for a capture), canonical: where
+    /// code that writes to the tree (binding a function to a driver) writes.
+    fn files(&self, root: &std::path::Path) -> Result<std::path::PathBuf, TopologyReadError>;
+}
+
+/// Why a [`TopologyReader`] could not read a tree: the reader's own error,
+/// which names the path and the cause.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct TopologyReadError(pub Box<dyn std::error::Error + Send + Sync>);
+
+impl TopologyReadError {
+    /// Wraps a reader's error.
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(e))
+    }
+}

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use p2p_host::device_plugin::api::*;
+use p2p_host_kube::device_plugin::api::*;
 use p2p_tests::kubelet::{start_kubelet, vfio_tree, GPUS, RESOURCE};
 use p2p_tests::{repo_root, target_dir};
 use tokio::task::JoinSet;

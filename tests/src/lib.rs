@@ -60,7 +60,15 @@ pub fn binary(name: &str) -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(repo_root())
-            .args(["build", "-q", "-p", "p2p-host", "-p", "p2p-guest", "--bins"])
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "p2p-host-cli",
+                "-p",
+                "p2p-guest",
+                "--bins",
+            ])
             .status()
             .expect("cargo runs");
         assert!(status.success(), "building the binaries failed");

@@ -10,8 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use p2p_host::device_plugin::api::*;
-use p2p_host::device_plugin::socket_name;
+use p2p_host_kube::device_plugin::api::*;
+use p2p_host_kube::device_plugin::socket_name;
 use p2p_tests::grpc_wire::protobuf::Writer;
 use p2p_tests::grpc_wire::raw;
 use p2p_tests::grpc_wire::table::KUBELET_V1BETA1;

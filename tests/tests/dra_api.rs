@@ -31,6 +31,11 @@ impl Drop for Plugin {
 }
 
 fn start(root: &Path, tree: &Path, api: &ApiServer) -> (Plugin, PathBuf) {
+    start_with(root, tree, api, &[])
+}
+
+/// [`start`] with more of the driver's options.
+fn start_with(root: &Path, tree: &Path, api: &ApiServer, more: &[&str]) -> (Plugin, PathBuf) {
     let kubeconfig = root.join("kubeconfig");
     api.kubeconfig(&kubeconfig);
     let kubelet = root.join("kubelet");
@@ -55,6 +60,7 @@ fn start(root: &Path, tree: &Path, api: &ApiServer) -> (Plugin, PathBuf) {
         .arg(root.join("metadata"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
+        .args(more)
         .env_remove("KUBERNETES_SERVICE_HOST")
         .stdout(Stdio::null())
         .spawn()
@@ -275,4 +281,82 @@ fn conflicts_and_server_errors_are_reported_retried_and_the_driver_keeps_serving
         api.slices().keys().collect::<Vec<_>>(),
         ["node-a-gpu.nvidia.com-0"]
     );
+}
+
+/// An operator's NVLink map joining 27:00.0 and 28:00.0 (18 links, as an
+/// H100's), and `fmpm -l` output (fmpm.cpp's listPartitions shape) with a
+/// 2-GPU partition of those two and a 1-GPU partition of 81:00.0.
+const NVLINKS: &str = r#"{"links": [{"a": "0000:27:00.0", "b": "0000:28:00.0", "count": 18}]}"#;
+const FMPM: &str = r#"{"maxNumPartitions": 2, "numPartitions": 2, "partitionInfo": [
+  {"gpuInfo": [{"pciBusId": "00000000:27:00.0"}, {"pciBusId": "00000000:28:00.0"}],
+   "isActive": 0, "numGpus": 2, "partitionId": 7},
+  {"gpuInfo": [{"pciBusId": "00000000:81:00.0"}], "isActive": 0, "numGpus": 1, "partitionId": 9}
+], "version": 1}"#;
+
+#[test]
+fn the_driver_publishes_what_dra_slices_prints_nvlinks_and_partitions_included() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = vfio_tree(tmp.path());
+    let nvlinks = tmp.path().join("nvlinks.json");
+    let fmpm = tmp.path().join("fmpm-l.json");
+    std::fs::write(&nvlinks, NVLINKS).unwrap();
+    std::fs::write(&fmpm, FMPM).unwrap();
+    let more = [
+        "--nvlink",
+        nvlinks.to_str().unwrap(),
+        "--fm-partitions",
+        fmpm.to_str().unwrap(),
+        "--no-nvml",
+    ];
+    let api = ApiServer::start();
+    let (mut p, _kubelet) = start_with(tmp.path(), &tree, &api, &more);
+    wait("the slice", || api.slices().contains_key(SLICE));
+    let published = api.slices()[SLICE]["spec"]["devices"].clone();
+
+    let mut args = vec![
+        "dra",
+        "slices",
+        "--json",
+        "--node-name",
+        NODE,
+        "--gpu-class",
+        "0108",
+    ];
+    args.extend(["--sysfs-root", tree.to_str().unwrap()]);
+    args.extend(more);
+    let printed = p2p_tests::run("p2p-host", &args);
+    assert_eq!(printed.code, Some(0), "{}", printed.stderr);
+    let printed: Value = serde_json::from_str(&printed.stdout).unwrap();
+    assert_eq!(
+        published, printed["items"][0]["spec"]["devices"],
+        "the driver's devices differ from `dra slices`'s"
+    );
+
+    // The values, by hand: the linked pair's domain is its lower address;
+    // each GPU names the partition of its size that holds it; 81:00.0 is in
+    // no NVLink set.
+    let attr = |bdf: &str, key: &str| {
+        published
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == device(bdf))
+            .unwrap_or_else(|| panic!("{bdf} published"))["attributes"]
+            .get(format!("{DRIVER}/{key}"))
+            .cloned()
+    };
+    for bdf in ["0000:27:00.0", "0000:28:00.0"] {
+        assert_eq!(
+            attr(bdf, "nvlinkDomain"),
+            Some(json!({"string": "0000:27:00.0"}))
+        );
+        assert_eq!(attr(bdf, "fmPartition2"), Some(json!({"int": 7})));
+        assert_eq!(attr(bdf, "fmPartition1"), None);
+    }
+    assert_eq!(attr("0000:81:00.0", "nvlinkDomain"), None);
+    assert_eq!(
+        attr("0000:81:00.0", "fmPartition1"),
+        Some(json!({"int": 9}))
+    );
+    assert_eq!(sigterm(&mut p), Some(0));
 }

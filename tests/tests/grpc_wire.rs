@@ -1,5 +1,5 @@
-//! vp2p's .proto files (host/proto) against the published APIs: the file
-//! descriptor set protox built for p2p-host (`p2p_host::grpc::FILE_DESCRIPTOR_SET`)
+//! vp2p's .proto files (host/kube/proto) against the published APIs: the file
+//! descriptor set protox built for p2p-host (`p2p_host_kube::grpc::FILE_DESCRIPTOR_SET`)
 //! compared with the table transcribed by hand from the upstream API files
 //! (tests/src/grpc_wire/table.rs, which cites them): packages, every method's
 //! full path, request and response types and streaming, every message's
@@ -18,7 +18,8 @@ use prost_types::field_descriptor_proto::{Label, Type as Pt};
 use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
 
 fn descriptors() -> FileDescriptorSet {
-    FileDescriptorSet::decode(p2p_host::grpc::FILE_DESCRIPTOR_SET).expect("a FileDescriptorSet")
+    FileDescriptorSet::decode(p2p_host_kube::grpc::FILE_DESCRIPTOR_SET)
+        .expect("a FileDescriptorSet")
 }
 
 fn file<'a>(set: &'a FileDescriptorSet, api: &Api) -> &'a FileDescriptorProto {
@@ -231,7 +232,7 @@ fn kubelet_dra_v1beta1_is_the_published_api() {
 
 #[test]
 fn every_proto_file_is_one_of_the_tables() {
-    // A .proto added to host/proto (a new API) needs its table here too.
+    // A .proto added to host/kube/proto (a new API) needs its table here too.
     let set = descriptors();
     let packages: Vec<&str> = set.file.iter().map(|f| f.package()).collect();
     assert_eq!(

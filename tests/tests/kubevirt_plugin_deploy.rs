@@ -16,8 +16,8 @@ use cel_interpreter::{Context, Program, Value as CelValue};
 use cel_parser::ast::{EntryExpr, Expr, IdedExpr, MapEntryExpr, MapExpr};
 use cel_parser::reference::Val;
 use cel_parser::Parser;
-use p2p_host::kubevirt_plugin::api::PLUGIN_SOCKET_DIR;
-use p2p_host::kubevirt_plugin::{DEFAULT_SOCKET, PLUGIN_NAME};
+use p2p_host_kube::kubevirt_plugin::api::PLUGIN_SOCKET_DIR;
+use p2p_host_kube::kubevirt_plugin::{DEFAULT_SOCKET, PLUGIN_NAME};
 use p2p_tests::{binary, fixture_dir, repo_root};
 use serde_json::{json, Value};
 

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use p2p_host::kubevirt_plugin::api::*;
-use p2p_host::kubevirt_plugin::{ERROR_METADATA, PLUGIN_NAME};
+use p2p_host_kube::kubevirt_plugin::api::*;
+use p2p_host_kube::kubevirt_plugin::{ERROR_METADATA, PLUGIN_NAME};
 use p2p_tests::grpc_wire::protobuf::{varint, Decoded, Writer};
 use p2p_tests::grpc_wire::raw;
 use p2p_tests::grpc_wire::table::KUBEVIRT_HOOKS_V1ALPHA1;

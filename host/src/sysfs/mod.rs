@@ -4,7 +4,9 @@
 //! scan at a fixture; nothing here writes anywhere.
 
 mod attrs;
+mod reader;
 mod resolve;
 mod scan;
 
+pub use reader::SysfsReader;
 pub use scan::{scan, ScanError, SysfsRoot};

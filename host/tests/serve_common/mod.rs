@@ -18,9 +18,15 @@ use p2p_host::serve::{self, CaptureFiles, CapturedGpu, ServeEvent, ServeHandle, 
 use p2p_shared::Clique;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
-/// The repository's tests/fixtures directory.
+/// The repository's tests/fixtures directory (found from the package's own
+/// directory: host/ for the library's tests, host/cli for the binary's).
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = here
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or(here);
+    repo.join("tests/fixtures")
 }
 
 /// The H200 of the 2x H200 passthrough capture (00:06.0), unpacked: its

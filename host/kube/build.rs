@@ -1,10 +1,7 @@
-//! Build script of p2p-host: the commit stamp `--version` prints (shared with
-//! p2p-guest), and the gRPC code of the APIs vp2p speaks, generated from
-//! vp2p's own .proto files in proto/ by protox (a protobuf compiler in Rust:
-//! no protoc is needed) and tonic-build.
-
-#[path = "../shared/build-commit.rs"]
-mod commit;
+//! Build script of p2p-host-kube: the gRPC code of the Kubernetes and
+//! KubeVirt APIs vp2p speaks, generated from vp2p's own .proto files in
+//! proto/ by protox (a protobuf compiler in Rust: no protoc is needed) and
+//! tonic-build.
 
 use std::path::PathBuf;
 
@@ -20,11 +17,10 @@ const PROTOS: &[&str] = &[
 ];
 
 /// The file descriptor set of every file in [`PROTOS`], in OUT_DIR
-/// (`p2p_host::grpc::FILE_DESCRIPTOR_SET`), so tests can read what was built.
+/// (`p2p_host_kube::grpc::FILE_DESCRIPTOR_SET`), so tests can read what was built.
 const DESCRIPTOR_SET: &str = "vp2p-grpc-descriptors.bin";
 
 fn main() {
-    commit::main();
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("proto");
     for p in PROTOS {
         println!("cargo:rerun-if-changed={}", dir.join(p).display());

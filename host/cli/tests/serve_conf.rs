@@ -8,6 +8,7 @@
 //! machine's memory, and 20 s of wall time, after which it is killed and the
 //! test fails.
 
+#[path = "../../tests/serve_common/mod.rs"]
 mod serve_common;
 
 use std::io::{BufRead, BufReader};

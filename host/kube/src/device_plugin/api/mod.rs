@@ -1,7 +1,7 @@
 //! The kubelet's device plugin API, v1beta1, as the device plugin uses it:
 //! the messages and both services (the kubelet's Registration, the plugin's
 //! DevicePlugin), client and server, generated from
-//! host/proto/kubelet_deviceplugin_v1beta1.proto ([`crate::grpc`]), and the
+//! host/kube/proto/kubelet_deviceplugin_v1beta1.proto ([`crate::grpc`]), and the
 //! API's fixed names.
 
 pub use crate::grpc::connect_unix;

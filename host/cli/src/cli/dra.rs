@@ -1,14 +1,18 @@
 //! `p2p-host dra`: the Dynamic Resource Allocation side. `dra slices` prints,
 //! without a cluster and without an async runtime, the ResourceSlices
 //! (`resource.k8s.io/v1`) the vp2p DRA driver would publish for this node;
-//! `dra driver` runs the driver's kubelet plugin (p2p_host::dra_driver, the
-//! one command here that starts a runtime).
+//! `dra driver` runs the driver's kubelet plugin (p2p_host_kube::dra_driver, the
+//! one command here that starts a runtime). Both read the tree the same way
+//! (the scan, NVLinks, Fabric Manager's partitions), so the driver publishes
+//! what `dra slices` prints.
 
 use std::path::PathBuf;
 
-use anyhow::Context;
+use std::sync::Arc;
+
 use clap::{Args, Subcommand};
-use p2p_shared::chooser::parse_fmpm_list;
+use p2p_host::nvlink::NvLinkOptions;
+use p2p_host::sysfs::SysfsReader;
 use p2p_shared::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
 use serde_json::json;
 
@@ -43,6 +47,17 @@ pub struct DriverArgs {
     /// digits); NVIDIA display controllers otherwise.
     #[arg(long, value_name = "PREFIX")]
     gpu_class: Option<p2p_shared::select::ClassPrefix>,
+    /// NVLink map: {"links": [{"a": BDF, "b": BDF, "count": N}, ...]}, for
+    /// the nvlinkDomain attribute. Wins over NVML and NVSwitch discovery.
+    #[arg(long, value_name = "FILE")]
+    nvlink: Option<PathBuf>,
+    /// Do not ask NVML for NVLinks even when reading the live /sys.
+    #[arg(long)]
+    no_nvml: bool,
+    /// Fabric Manager's partition list (`fmpm -l` output): an
+    /// fmPartition<N> attribute per partition size. Read once at start.
+    #[arg(long, value_name = "FILE")]
+    fm_partitions: Option<PathBuf>,
     /// The node's name (the pool the claims' devices are in).
     #[arg(long, value_name = "NODE", env = "NODE_NAME")]
     node_name: String,
@@ -134,12 +149,25 @@ pub fn run(args: DraArgs) -> anyhow::Result<()> {
 }
 
 fn driver(args: DriverArgs) -> anyhow::Result<()> {
-    use p2p_host::dra_driver::{Settings, Source};
-    let mut s = Settings::new(&args.node_name, &args.driver_name, &args.kubelet_root);
+    use p2p_host_kube::dra_driver::{Settings, Source};
+    let selector = match args.gpu_class {
+        Some(prefix) => p2p_shared::GpuSelector::Class { prefix },
+        None => p2p_shared::GpuSelector::Nvidia,
+    };
+    let nvlinks = NvLinkOptions {
+        map: args.nvlink,
+        use_nvml: !args.no_nvml,
+    };
+    let reader = Arc::new(SysfsReader::with_nvlinks(selector.clone(), nvlinks));
+    let mut s = Settings::new(
+        &args.node_name,
+        &args.driver_name,
+        &args.kubelet_root,
+        reader,
+    );
     s.sysfs_root = args.sysfs_root;
-    if let Some(prefix) = args.gpu_class {
-        s.selector = p2p_shared::GpuSelector::Class { prefix };
-    }
+    s.selector = selector;
+    s.partitions = super::select::read_fm_partitions(args.fm_partitions.as_deref())?;
     s.bind = args.bind;
     s.iommufd = args.iommufd;
     s.cdi_dir = args.cdi_dir;
@@ -161,20 +189,13 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
             resync: std::time::Duration::from_millis(args.resync_ms.max(1)),
         },
     };
-    p2p_host::dra_driver::run(s, source)?;
+    p2p_host_kube::dra_driver::run(s, source)?;
     Ok(())
 }
 
 fn slices(args: SlicesArgs) -> anyhow::Result<()> {
     let (_root, topo, selector) = args.topology.load()?;
-    let partitions = match &args.fm_partitions {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Some(parse_fmpm_list(&text).with_context(|| format!("{}", path.display()))?)
-        }
-        None => None,
-    };
+    let partitions = super::select::read_fm_partitions(args.fm_partitions.as_deref())?;
     let mut opts = SliceOptions::new(&args.node_name, &args.driver_name, &selector);
     opts.partitions = partitions.as_deref();
     opts.bind = args.bind;

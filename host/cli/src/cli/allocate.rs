@@ -3,9 +3,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use p2p_shared::chooser::{choose, parse_fmpm_list, Choice, Request};
+use p2p_shared::chooser::{choose, Choice, Request};
 use p2p_shared::clique::MaxLevel;
 use p2p_shared::Bdf;
 use serde::Serialize;
@@ -65,14 +64,7 @@ pub struct AllocateReport {
 
 pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
     let (root, topo, selector) = args.topology.load()?;
-    let partitions = match &args.fm_partitions {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Some(parse_fmpm_list(&text).with_context(|| format!("{}", path.display()))?)
-        }
-        None => None,
-    };
+    let partitions = super::select::read_fm_partitions(args.fm_partitions.as_deref())?;
     let req = Request {
         gpus: args.size,
         nics: 0,

@@ -1,5 +1,5 @@
 //! The gRPC APIs vp2p speaks, generated at build time (build.rs: protox and
-//! tonic-build) from vp2p's own .proto files in host/proto, each of which
+//! tonic-build) from vp2p's own .proto files in host/kube/proto, each of which
 //! cites the published API its facts come from: messages (prost), a client
 //! and a server per service (tonic). The device plugin and the KubeVirt plugin
 //! hook use them through their `api` modules; tests and fuzz targets reach
@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-/// The serialized `google.protobuf.FileDescriptorSet` of host/proto, as protox
+/// The serialized `google.protobuf.FileDescriptorSet` of host/kube/proto, as protox
 /// compiled it for this build: what tests compare with the published APIs.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/vp2p-grpc-descriptors.bin"));
 
-/// The kubelet's device plugin API, v1beta1 (host/proto/kubelet_deviceplugin_v1beta1.proto).
+/// The kubelet's device plugin API, v1beta1 (host/kube/proto/kubelet_deviceplugin_v1beta1.proto).
 // Generated code: its items carry the .proto's comments, tonic's own helpers none.
 #[allow(missing_docs, clippy::all)]
 pub mod kubelet_v1beta1 {
@@ -23,7 +23,7 @@ pub mod kubelet_v1beta1 {
 }
 
 /// KubeVirt's plugin hook API, v1alpha1: DomainHookService
-/// (host/proto/kubevirt_hooks_v1alpha1.proto).
+/// (host/kube/proto/kubevirt_hooks_v1alpha1.proto).
 // Generated code: its items carry the .proto's comments, tonic's own helpers none.
 #[allow(missing_docs, clippy::all)]
 pub mod kubevirt_hooks_v1alpha1 {
@@ -31,21 +31,21 @@ pub mod kubevirt_hooks_v1alpha1 {
 }
 
 /// The kubelet's plugin registration API, v1: the plugin watcher's protocol
-/// (host/proto/kubelet_pluginregistration_v1.proto).
+/// (host/kube/proto/kubelet_pluginregistration_v1.proto).
 // Generated code: its items carry the .proto's comments, tonic's own helpers none.
 #[allow(missing_docs, clippy::all)]
 pub mod kubelet_pluginregistration_v1 {
     tonic::include_proto!("pluginregistration");
 }
 
-/// The kubelet's DRA plugin API, v1 (host/proto/kubelet_dra_v1.proto).
+/// The kubelet's DRA plugin API, v1 (host/kube/proto/kubelet_dra_v1.proto).
 // Generated code: its items carry the .proto's comments, tonic's own helpers none.
 #[allow(missing_docs, clippy::all)]
 pub mod kubelet_dra_v1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
 }
 
-/// The kubelet's DRA plugin API, v1beta1 (host/proto/kubelet_dra_v1beta1.proto):
+/// The kubelet's DRA plugin API, v1beta1 (host/kube/proto/kubelet_dra_v1beta1.proto):
 /// what kubelets before 1.34 call.
 // Generated code: its items carry the .proto's comments, tonic's own helpers none.
 #[allow(missing_docs, clippy::all)]

@@ -1,6 +1,6 @@
 //! KubeVirt's plugin hook API, v1alpha1, as the plugin hook uses it:
 //! DomainHookService's messages, client and server, generated from
-//! host/proto/kubevirt_hooks_v1alpha1.proto ([`crate::grpc`]), and the
+//! host/kube/proto/kubevirt_hooks_v1alpha1.proto ([`crate::grpc`]), and the
 //! API's fixed names and values.
 
 pub use crate::grpc::connect_unix;

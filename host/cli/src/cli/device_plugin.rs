@@ -4,9 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
+use std::sync::Arc;
+
 use clap::Args;
-use p2p_host::device_plugin::{self, api, Config, Selector};
+use p2p_host::sysfs::SysfsReader;
+use p2p_host_kube::device_plugin::{self, api, Config, Selector};
 
 #[derive(Debug, Args)]
 pub struct DevicePluginArgs {
@@ -42,17 +44,10 @@ pub struct DevicePluginArgs {
 }
 
 pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {
-    let partitions = match &args.fm_partitions {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Some(
-                p2p_shared::chooser::parse_fmpm_list(&text)
-                    .with_context(|| path.display().to_string())?,
-            )
-        }
-        None => None,
-    };
+    let partitions = super::select::read_fm_partitions(args.fm_partitions.as_deref())?;
+    // PCI alone, as the plugin has always chosen: NVIDIA's passthrough hosts
+    // leave NVLink to Fabric Manager's partitions (--fm-partitions).
+    let reader = SysfsReader::pci_only(p2p_shared::GpuSelector::Nvidia);
     device_plugin::run(Config {
         policy: device_plugin::Policy {
             max_level: args.max_level,
@@ -63,6 +58,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {
         selector: args.selector.unwrap_or(Selector::Nvidia),
         kubelet_dir: args.kubelet_dir,
         sysfs_root: args.sysfs_root,
+        reader: Arc::new(reader),
         poll: Duration::from_millis(args.poll_ms.max(10)),
         log: |m| eprintln!("device-plugin: {m}"),
     })?;

@@ -5,11 +5,10 @@
 //! two at once, and the checkpoint stays one consistent file.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use p2p_shared::dra::claim::{AllocatedDevice, ResourceClaim};
-use p2p_shared::dra::{build_slices, Device, SliceOptions, PCI_BUS_ID};
+use p2p_shared::dra::{Device, PCI_BUS_ID};
 use p2p_shared::Bdf;
 use serde_json::json;
 
@@ -55,7 +54,10 @@ impl Driver {
     /// rolled back by the next call that names it).
     pub fn new(settings: Settings, claims: Box<dyn ClaimSource>) -> Result<Self, String> {
         let checkpoint = Checkpoint::load(&settings.checkpoint)?;
-        let root = p2p_shared_root(&settings.sysfs_root)?;
+        let root = settings
+            .reader
+            .files(&settings.sysfs_root)
+            .map_err(|e| format!("{}: {e}", settings.sysfs_root.display()))?;
         let bus = PciBus::new(&root, settings.bind_timeout);
         Ok(Self {
             settings,
@@ -164,14 +166,8 @@ impl Driver {
                 )
             }));
         }
-        let root = crate::sysfs::SysfsRoot::new(&s.sysfs_root)
-            .map_err(|e| ClaimError(format!("{claim}: {}: {e}", s.sysfs_root.display())))?;
-        let topo = crate::sysfs::scan(&root)
-            .map_err(|e| ClaimError(format!("{claim}: reading sysfs: {e}")))?;
-        let mut opts = SliceOptions::new(&s.node_name, &s.driver_name, &s.selector);
-        opts.bind = s.bind;
-        let publication = build_slices(&topo, &opts)
-            .map_err(|e| ClaimError(format!("{claim}: building this node's devices: {e}")))?;
+        let (topo, publication) = super::build(s, 0)
+            .map_err(|e| ClaimError(format!("{claim}: this node's devices: {e}")))?;
         let mut out = Vec::new();
         for r in ours {
             if r.pool != s.node_name {
@@ -437,13 +433,6 @@ impl Driver {
     pub fn recorded(&self) -> Checkpoint {
         self.lock().clone()
     }
-}
-
-/// The sysfs tree's canonical root (the directory holding bus/ and devices/).
-fn p2p_shared_root(dir: &Path) -> Result<PathBuf, String> {
-    crate::sysfs::SysfsRoot::new(dir)
-        .map(|r| r.path().to_path_buf())
-        .map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 /// The KEP-5304 device metadata of one request (`DeviceMetadata`,

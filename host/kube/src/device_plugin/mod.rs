@@ -3,7 +3,7 @@
 //!
 //! The async gRPC stack (tokio, tonic) lives here and only here: [`run`]
 //! starts the one runtime of the process; no other command starts one.
-//! [`api`] is the protocol (generated from host/proto, both sides),
+//! [`api`] is the protocol (generated from host/kube/proto, both sides),
 //! [`inventory`] the plugin's answers without gRPC.
 
 pub mod api;
@@ -29,6 +29,8 @@ pub struct Config {
     pub kubelet_dir: PathBuf,
     /// The sysfs tree the GPUs and their health are read from.
     pub sysfs_root: PathBuf,
+    /// How the tree is read (p2p-host's sysfs scan).
+    pub reader: std::sync::Arc<dyn p2p_shared::TopologyReader>,
     /// How often health and kubelet.sock are checked.
     pub poll: Duration,
     /// How GetPreferredAllocation chooses (level, strictness, partitions).
@@ -43,7 +45,7 @@ pub struct Config {
 pub enum DevicePluginError {
     /// The sysfs tree could not be read.
     #[error("reading sysfs: {0}")]
-    Scan(#[from] crate::sysfs::ScanError),
+    Scan(#[from] p2p_shared::TopologyReadError),
     /// Our socket could not be made.
     #[error("listening on {}: {source}", path.display())]
     Bind {
@@ -74,8 +76,13 @@ pub fn service(inventory: Inventory) -> Result<Plugin, DevicePluginError> {
 
 /// Finds the GPUs, then serves and registers until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), DevicePluginError> {
-    let inventory = Inventory::discover(&config.sysfs_root, &config.resource, config.selector)?
-        .with_policy(config.policy.clone());
+    let inventory = Inventory::discover(
+        config.reader.clone(),
+        &config.sysfs_root,
+        &config.resource,
+        config.selector,
+    )?
+    .with_policy(config.policy.clone());
     let ids: Vec<String> = inventory.gpus().iter().map(|b| b.to_string()).collect();
     (config.log)(&format!(
         "{} offers {} GPU(s) bound to vfio-pci: {}",

@@ -1,11 +1,13 @@
 //! Options shared by every subcommand that reads a topology.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use p2p_host::nvlink::{self, NvLinkOptions};
-use p2p_host::sysfs::{self, SysfsRoot};
+use p2p_host::bounded_file::read_limited;
+use p2p_host::nvlink::NvLinkOptions;
+use p2p_host::sysfs::{SysfsReader, SysfsRoot};
+use p2p_shared::chooser::{parse_fmpm_list, FmPartition};
 use p2p_shared::select::ClassPrefix;
 use p2p_shared::{Bdf, GpuSelector, Topology};
 
@@ -50,12 +52,23 @@ impl TopologyArgs {
         }
     }
 
+    /// How the tree is read: the scan, then NVLinks for the selected GPUs.
+    pub fn reader(&self) -> SysfsReader {
+        let opts = NvLinkOptions {
+            map: self.nvlink.clone(),
+            use_nvml: !self.no_nvml,
+        };
+        SysfsReader::with_nvlinks(self.selector(), opts)
+    }
+
     /// Scans the tree and discovers NVLinks for the selected GPUs.
     pub fn load(&self) -> anyhow::Result<(SysfsRoot, Topology, GpuSelector)> {
         let root = SysfsRoot::new(&self.sysfs_root)?;
-        let mut topo =
-            sysfs::scan(&root).with_context(|| format!("scanning {}", root.path().display()))?;
         let selector = self.selector();
+        let topo = self
+            .reader()
+            .read_root(&root)
+            .with_context(|| format!("scanning {}", root.path().display()))?;
         if let GpuSelector::List { bdfs } = &selector {
             for b in bdfs {
                 if topo.function(*b).is_none() {
@@ -66,11 +79,27 @@ impl TopologyArgs {
                 }
             }
         }
-        let opts = NvLinkOptions {
-            map: self.nvlink.clone(),
-            use_nvml: root.is_live() && !self.no_nvml,
-        };
-        nvlink::discover(&mut topo, &selector, &opts)?;
         Ok((root, topo, selector))
     }
+}
+
+/// The most a Fabric Manager partition list (`fmpm -l`) may hold: a few KiB
+/// for the largest HGX system, so 1 MiB is generous.
+const FM_PARTITIONS_MAX: u64 = 1 << 20;
+
+/// Reads `--fm-partitions FILE` (`fmpm -l` output), naming the file in
+/// every error.
+pub fn read_fm_partitions(path: Option<&Path>) -> anyhow::Result<Option<Vec<FmPartition>>> {
+    let Some(path) = path else { return Ok(None) };
+    let bytes = read_limited(path, FM_PARTITIONS_MAX)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not UTF-8 text (byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    let list = parse_fmpm_list(&text).with_context(|| path.display().to_string())?;
+    Ok(Some(list))
 }

@@ -2,6 +2,7 @@
 //! `p2p-host serve` command line, and why the guard in front of
 //! `vfio_user::Server` exists.
 
+#[path = "../../tests/serve_common/mod.rs"]
 mod serve_common;
 
 use std::io::{BufRead, BufReader, Write};

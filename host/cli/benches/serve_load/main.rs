@@ -1,4 +1,4 @@
-//! `cargo bench -p p2p-host --bench serve_load`: `p2p-host serve` with the
+//! `cargo bench -p p2p-host-cli --bench serve_load`: `p2p-host serve` with the
 //! captured backend (the H200 of the 2x H200 passthrough capture, BAR2 served
 //! at 256 MiB), natively, under many vfio-user clients. A benchmark that
 //! prints figures; it asserts only that every request was answered rightly.
@@ -23,7 +23,7 @@
 //! after each phase. A leak shows as memory or descriptors that do not come
 //! back to their level after the warm-up.
 
-#[path = "../../tests/serve_common/mod.rs"]
+#[path = "../../../tests/serve_common/mod.rs"]
 mod serve_common;
 
 use std::io::{BufRead, BufReader};

@@ -2,7 +2,7 @@
 //! functions laid out like a 2-socket HGX server, built from real captured
 //! function directories. Target: under 50 ms.
 //!
-//!     cargo bench -p p2p-host --bench topo_scale
+//!     cargo bench -p p2p-host-cli --bench topo_scale
 //!
 //! `cargo bench` builds the `p2p-host` binary with the bench (release) profile
 //! and hands its path to this program (CARGO_BIN_EXE_p2p-host), so the end-to-end
@@ -172,10 +172,8 @@ impl Drop for Scratch {
 }
 
 fn main() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    // host/cli -> the repository.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_p2p-host"));
     let runs: usize = std::env::var("VP2P_BENCH_RUNS")
         .ok()

@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use p2p_shared::GpuSelector;
+use p2p_shared::chooser::FmPartition;
+use p2p_shared::{GpuSelector, Topology, TopologyReader};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
@@ -43,8 +44,12 @@ pub struct Settings {
     pub driver_name: String,
     /// The sysfs tree functions are read from and bound in.
     pub sysfs_root: PathBuf,
+    /// How the tree is read (p2p-host's scan and NVLink discovery).
+    pub reader: Arc<dyn TopologyReader>,
     /// Which functions are GPUs.
     pub selector: GpuSelector,
+    /// Fabric Manager's partitions (an `fmPartition<N>` attribute per size).
+    pub partitions: Option<Vec<FmPartition>>,
     /// Bind group endpoints to vfio-pci at prepare (otherwise refuse).
     pub bind: bool,
     /// Give containers `/dev/iommu` and the VFIO cdev instead of the group.
@@ -70,14 +75,22 @@ impl Settings {
     /// (`/var/lib/kubelet`): the registration socket
     /// `plugins_registry/<driver>-reg.sock`, the DRA socket and the checkpoint
     /// in `plugins/<driver>/`, CDI specs in `/var/run/cdi`, metadata in
-    /// `/var/run/vp2p/dra-metadata`.
-    pub fn new(node_name: &str, driver_name: &str, kubelet_root: &Path) -> Self {
+    /// `/var/run/vp2p/dra-metadata`; `/sys` read by `reader`, NVIDIA GPUs, no
+    /// partitions.
+    pub fn new(
+        node_name: &str,
+        driver_name: &str,
+        kubelet_root: &Path,
+        reader: Arc<dyn TopologyReader>,
+    ) -> Self {
         let dir = kubelet_root.join("plugins").join(driver_name);
         Self {
             node_name: node_name.to_string(),
             driver_name: driver_name.to_string(),
             sysfs_root: PathBuf::from("/sys"),
+            reader,
             selector: GpuSelector::Nvidia,
+            partitions: None,
             bind: false,
             iommufd: false,
             cdi_dir: PathBuf::from("/var/run/cdi"),
@@ -228,11 +241,16 @@ pub async fn serve(
 /// How long calls in flight may take once the driver is told to stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// The node's slices now, at pool generation `generation`.
-pub fn build(settings: &Settings, generation: i64) -> Result<p2p_shared::dra::Publication, String> {
-    let root = crate::sysfs::SysfsRoot::new(&settings.sysfs_root)
-        .map_err(|e| format!("{}: {e}", settings.sysfs_root.display()))?;
-    let topo = crate::sysfs::scan(&root).map_err(|e| format!("reading sysfs: {e}"))?;
+/// The node's tree as read now, and its slices at pool generation
+/// `generation` (the devices `dra slices` prints with the same options).
+pub fn build(
+    settings: &Settings,
+    generation: i64,
+) -> Result<(Topology, p2p_shared::dra::Publication), String> {
+    let topo = settings
+        .reader
+        .read(&settings.sysfs_root)
+        .map_err(|e| format!("reading {}: {e}", settings.sysfs_root.display()))?;
     let mut opts = p2p_shared::dra::SliceOptions::new(
         &settings.node_name,
         &settings.driver_name,
@@ -240,7 +258,9 @@ pub fn build(settings: &Settings, generation: i64) -> Result<p2p_shared::dra::Pu
     );
     opts.bind = settings.bind;
     opts.generation = generation;
-    p2p_shared::dra::build_slices(&topo, &opts).map_err(|e| e.to_string())
+    opts.partitions = settings.partitions.as_deref();
+    let publication = p2p_shared::dra::build_slices(&topo, &opts).map_err(|e| e.to_string())?;
+    Ok((topo, publication))
 }
 
 /// Publishes the node's slices whenever its devices differ from those last
@@ -270,7 +290,7 @@ async fn publish_loop(
         let s = settings.clone();
         let next = generation + 1;
         match tokio::task::spawn_blocking(move || build(&s, next)).await {
-            Ok(Ok(publication)) => {
+            Ok(Ok((_, publication))) => {
                 let devices: Vec<_> = publication.devices().cloned().collect();
                 if last.as_ref() != Some(&devices) {
                     // The generation advances only once published: a retry

@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use p2p_shared::chooser::{choose, ChooseError, FmPartition, Request};
 use p2p_shared::clique::MaxLevel;
-use p2p_shared::{Bdf, GpuSelector, Role, Topology};
+use p2p_shared::{Bdf, GpuSelector, Role, Topology, TopologyReadError, TopologyReader};
 
 use super::api::{self, ContainerAllocateResponse, Device, DeviceSpec, NumaNode, TopologyInfo};
 use crate::grpc::quote;
-use crate::sysfs::{self, ScanError, SysfsRoot};
 
 /// The driver a GPU must be bound to for the plugin to offer it.
 pub const VFIO_DRIVER: &str = "vfio-pci";
@@ -85,6 +85,7 @@ pub fn socket_name(resource: &str) -> String {
 /// The resource's GPUs, found at start: every selected function bound to vfio-pci.
 #[derive(Debug)]
 pub struct Inventory {
+    reader: Arc<dyn TopologyReader>,
     root: PathBuf,
     resource: String,
     gpus: Vec<Bdf>,
@@ -104,14 +105,16 @@ pub struct Policy {
 }
 
 impl Inventory {
-    /// Scans `sysfs_root` for the selected functions bound to vfio-pci.
+    /// Reads `sysfs_root` with `reader` for the selected functions bound to
+    /// vfio-pci.
     pub fn discover(
+        reader: Arc<dyn TopologyReader>,
         sysfs_root: &Path,
         resource: &str,
         selector: Selector,
-    ) -> Result<Self, ScanError> {
+    ) -> Result<Self, TopologyReadError> {
         let root = sysfs_root.to_path_buf();
-        let topo = scan(&root)?;
+        let topo = reader.read(&root)?;
         let nvidia = GpuSelector::Nvidia;
         let gpus = topo
             .functions
@@ -126,6 +129,7 @@ impl Inventory {
             .map(|f| f.bdf)
             .collect();
         Ok(Self {
+            reader,
             root,
             resource: resource.to_string(),
             gpus,
@@ -143,9 +147,9 @@ impl Inventory {
         &self.gpus
     }
 
-    /// Scans the tree now.
-    pub fn scan(&self) -> Result<Topology, ScanError> {
-        scan(&self.root)
+    /// Reads the tree now.
+    pub fn scan(&self) -> Result<Topology, TopologyReadError> {
+        self.reader.read(&self.root)
     }
 
     /// Every GPU with its health now: healthy while present and bound to vfio-pci.
@@ -252,11 +256,6 @@ impl Inventory {
             })
             .collect()
     }
-}
-
-fn scan(root: &Path) -> Result<Topology, ScanError> {
-    let root = SysfsRoot::new(root)?;
-    sysfs::scan(&root)
 }
 
 /// A kubelet request the plugin refuses.

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use p2p_host::kubevirt_plugin::{self, Config, Outcome, DEFAULT_SOCKET};
+use p2p_host_kube::kubevirt_plugin::{self, Config, Outcome, DEFAULT_SOCKET};
 
 use super::kubevirt::{decide, Decision};
 
