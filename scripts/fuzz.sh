@@ -11,6 +11,7 @@
 #   scripts/fuzz.sh serve_conf 600        # serve --gpus-from's conf parser on any text
 #   scripts/fuzz.sh device_plugin 600     # each device-plugin gRPC handler, requests from bytes
 #   scripts/fuzz.sh plugin_hook 600       # MutateDomain: requests from bytes, mutated real domains
+#   scripts/fuzz.sh dra_driver 600        # the DRA driver's prepare/unprepare: requests and claims from bytes
 #   scripts/fuzz.sh seed                  # only (re)write the seed corpora
 #   scripts/fuzz.sh walkers 60 -seed=1    # arguments after the seconds go to libFuzzer
 #
@@ -205,10 +206,35 @@ seed_plugin_hook() {
     echo "plugin_hook: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 }
 
+# DRA driver seeds: a method byte (0 v1 prepare, 1 v1 unprepare, 2 v1beta1
+# prepare, 3 v1beta1 unprepare), the request's length (two bytes,
+# little-endian), the request in the published encoding
+# (host/kube/proto/kubelet_dra_v1.proto: Claim namespace 1, uid 2, name 3),
+# then the ResourceClaim every named claim reads as: one published device,
+# one left out (25:00.0 shares its group).
+seed_dra_driver() {
+    local corpus=$1 f req n m dev claim
+    f=$(mktemp)
+    req=$(mktemp)
+    printf '%b' "$(ld 0x0a "$(printf '%b' "$(ld 0x0a vms)$(ld 0x12 u1)$(ld 0x1a vm)")")" >"$req"
+    n=$(stat -c %s "$req")
+    for dev in gpu-0000-27-00-0 gpu-0000-25-00-0; do
+        claim='{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"vm","namespace":"vms","uid":"u1"},'
+        claim+='"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"vp2p-gpu"}}]}},'
+        claim+='"status":{"allocation":{"devices":{"results":[{"request":"gpu","driver":"gpu.vp2p.io","pool":"node-a","device":"'"$dev"'"}]}}}}'
+        for m in 0 1 2 3; do
+            { printf '%b' "$(printf '\\x%02x\\x%02x\\x00' "$m" "$n")"; cat "$req"; printf '%s' "$claim"; } >"$f"
+            add_seed "$f" "$corpus" "m$m-$dev"
+        done
+    done
+    rm -f "$f" "$req"
+    echo "dra_driver: $(find "$corpus" -type f | wc -l) seeds in $corpus"
+}
 
 seed() {
     mkdir -p "$fuzz/corpus/walkers" "$fuzz/corpus/capability" "$fuzz/corpus/overlay" "$fuzz/corpus/serve" "$fuzz/corpus/dma_windows" \
-        "$fuzz/corpus/nccl_xml" "$fuzz/corpus/serve_conf" "$fuzz/corpus/device_plugin" "$fuzz/corpus/plugin_hook"
+        "$fuzz/corpus/nccl_xml" "$fuzz/corpus/serve_conf" "$fuzz/corpus/device_plugin" "$fuzz/corpus/plugin_hook" \
+        "$fuzz/corpus/dra_driver"
     seed_walkers "$fuzz/corpus/walkers"
     seed_capability "$fuzz/corpus/capability"
     seed_overlay "$fuzz/corpus/overlay"
@@ -217,6 +243,7 @@ seed() {
     seed_serve_conf "$fuzz/corpus/serve_conf"
     seed_device_plugin "$fuzz/corpus/device_plugin"
     seed_plugin_hook "$fuzz/corpus/plugin_hook"
+    seed_dra_driver "$fuzz/corpus/dra_driver"
 }
 
 case "$target" in
@@ -232,7 +259,9 @@ case "$target" in
     # The plugins' services live for the whole run (tokio's runtime, the tree).
     device_plugin) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
     plugin_hook) max_len=16384; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;; # twice the largest domain
-    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, nccl_xml, serve_conf, device_plugin, plugin_hook, seed)" >&2; exit 2 ;;
+    # The driver lives for the whole run; a claim object is under 1 KB.
+    dra_driver) max_len=4096; set -- -detect_leaks=0 "$@"; export ASAN_OPTIONS=detect_leaks=0 ;;
+    *) echo "unknown target $target (walkers, capability, overlay, serve, dma_windows, nccl_xml, serve_conf, device_plugin, plugin_hook, dra_driver, seed)" >&2; exit 2 ;;
 esac
 
 ensure_cargo_fuzz

@@ -476,6 +476,23 @@ fn bad_claims_are_refused_naming_the_device_and_the_driver_keeps_serving() {
         // A claim without a uid is a malformed call: a gRPC error.
         let st = dra.prepare(&[("vms", "good", "")]).await.unwrap_err();
         assert_eq!(st.code(), tonic::Code::InvalidArgument, "{st:?}");
+        // Names Kubernetes never hands out (RFC 1123 for namespaces and
+        // names, a UUID's characters for uids), each of which would be part
+        // of a path read or written as root: refused by name, nothing written.
+        let bad: [(&str, &str, &str, &str); 4] = [
+            ("..", "good", "u7", "the namespace is not a DNS label"),
+            ("vms", "../../good", "u7", "the name is not a DNS subdomain"),
+            ("vms", "good", "../../../etc/x", "is not a UID"),
+            ("Vms", "good", "u7", "the namespace is not a DNS label"),
+        ];
+        for (ns, name, uid, why) in bad {
+            let st = dra.prepare(&[(ns, name, uid)]).await.unwrap_err();
+            assert_eq!(st.code(), tonic::Code::InvalidArgument, "{st:?}");
+            assert!(st.message().contains(why), "{ns}/{name} {uid}: {st:?}");
+            let st = dra.unprepare(&[(ns, name, uid)]).await.unwrap_err();
+            assert_eq!(st.code(), tonic::Code::InvalidArgument, "{st:?}");
+        }
+        assert!(!d.spec("u7").exists());
         // Several claims at once: each answered, the bad one with its error.
         let a = dra
             .prepare(&[("vms", "good", "u6"), ("vms", "unknown", "u1")])

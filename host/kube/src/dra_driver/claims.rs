@@ -1,9 +1,10 @@
 //! Where the driver reads a claim's allocation at prepare. The API server is
-//! the real source (the kubelet sends only the claim's name and uid); until
-//! that side is built the driver reads ResourceClaim objects, as the API
-//! server would answer them, from a directory, and tests hand claims in
-//! through the same trait.
+//! the real source (the kubelet sends only the claim's name and uid; see
+//! `api_server::ApiClaims`); a node without it reads ResourceClaim objects,
+//! as the API server would answer them, from a directory ([`ClaimDir`]), and
+//! tests hand claims in through the same trait.
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use p2p_shared::dra::claim::ResourceClaim;
@@ -36,9 +37,16 @@ pub trait ClaimSource: Send + Sync {
 }
 
 /// Claims read from `<dir>/<namespace>/<name>.json`, each a ResourceClaim
-/// object as `kubectl get resourceclaim -o json` prints it.
+/// object as `kubectl get resourceclaim -o json` prints it. The namespace
+/// and name are checked by the server before they get here (RFC 1123: no
+/// `/`, no `..`).
 #[derive(Debug, Clone)]
 pub struct ClaimDir(pub PathBuf);
+
+/// The most a claim file may hold. The API server stores no object larger
+/// than etcd takes in one request (1.5 MiB by default, etcd's
+/// `--max-request-bytes`); 2 MiB leaves room for indentation.
+pub const CLAIM_FILE_MAX: u64 = 2 << 20;
 
 impl ClaimSource for ClaimDir {
     fn claim(&self, claim: &ClaimRef) -> Result<ResourceClaim, String> {
@@ -46,8 +54,73 @@ impl ClaimSource for ClaimDir {
             .0
             .join(&claim.namespace)
             .join(format!("{}.json", claim.name));
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let err = |why: String| format!("reading {}: {why}", path.display());
+        // A regular file only: a FIFO would block the prepare, a device
+        // (`/dev/zero`) would never end.
+        let meta = std::fs::metadata(&path).map_err(|e| err(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(err("not a regular file".into()));
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(CLAIM_FILE_MAX + 1).read_to_end(&mut bytes))
+            .map_err(|e| err(e.to_string()))?;
+        if bytes.len() as u64 > CLAIM_FILE_MAX {
+            return Err(err(format!("larger than {CLAIM_FILE_MAX} bytes")));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(ns: &str, name: &str) -> ClaimRef {
+        ClaimRef {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: "u1".into(),
+        }
+    }
+
+    /// A claim file is read only when it is a regular file of at most
+    /// CLAIM_FILE_MAX bytes; anything else is refused naming the file, and
+    /// a FIFO is refused rather than waited on.
+    #[test]
+    fn only_a_regular_file_of_bounded_size_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ns = dir.path().join("vms");
+        std::fs::create_dir(&ns).unwrap();
+        let source = ClaimDir(dir.path().to_path_buf());
+
+        let big = ns.join("big.json");
+        let mut text = b"{\"x\":\"".to_vec();
+        text.resize(CLAIM_FILE_MAX as usize + 1, b'a');
+        std::fs::write(&big, &text).unwrap();
+        let e = source.claim(&claim("vms", "big")).unwrap_err();
+        assert!(
+            e.contains(&*big.to_string_lossy()) && e.contains("larger than 2097152 bytes"),
+            "{e}"
+        );
+
+        std::fs::create_dir(ns.join("dir.json")).unwrap();
+        let e = source.claim(&claim("vms", "dir")).unwrap_err();
+        assert!(e.ends_with("dir.json: not a regular file"), "{e}");
+
+        let fifo = ns.join("fifo.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = source.claim(&claim("vms", "fifo")).unwrap_err();
+        assert!(e.ends_with("fifo.json: not a regular file"), "{e}");
+
+        let e = source.claim(&claim("vms", "absent")).unwrap_err();
+        assert!(
+            e.contains("absent.json") && e.contains("No such file"),
+            "{e}"
+        );
     }
 }

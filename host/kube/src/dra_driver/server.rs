@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use p2p_shared::dra::names::{is_dns_label, is_dns_subdomain};
+
 use super::claims::ClaimRef;
 use super::prepare::{ClaimError, Driver};
 use crate::grpc::kubelet_pluginregistration_v1 as reg;
@@ -63,13 +65,34 @@ pub struct DraService {
     pub driver: Arc<Driver>,
 }
 
-/// The claim the kubelet names; a claim without a uid makes the whole call
-/// malformed (its answer could not be keyed), refused as INVALID_ARGUMENT.
+/// The claim the kubelet names. A claim without a uid makes the whole call
+/// malformed (its answer could not be keyed), and so does a namespace, name
+/// or uid Kubernetes would never hand out: the namespace a DNS label, the
+/// name a DNS subdomain (RFC 1123, as the API server validates them), the
+/// uid letters, digits and `-` (a UUID), at most 128. Each of them becomes
+/// part of a path the driver reads or writes as root (`--claims-dir`, the
+/// CDI spec's file name), so `../` never gets that far. Refused as
+/// INVALID_ARGUMENT.
 fn claim_ref(namespace: String, name: String, uid: String) -> Result<ClaimRef, Box<Status>> {
-    if uid.is_empty() {
+    let said = || format!("claim {}/{}", quote(&namespace), quote(&name));
+    let why = if uid.is_empty() {
+        Some("no uid".to_string())
+    } else if !is_dns_label(&namespace, 63) {
+        Some("the namespace is not a DNS label (RFC 1123)".to_string())
+    } else if !is_dns_subdomain(&name, 253) {
+        Some("the name is not a DNS subdomain (RFC 1123)".to_string())
+    } else if uid.len() > 128 || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        Some(format!(
+            "uid {} is not a UID (letters, digits and -)",
+            quote(&uid)
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
         return Err(Box::new(refusal(
             tonic::Code::InvalidArgument,
-            &format!("claim {}/{}: no uid", quote(&namespace), quote(&name)),
+            &format!("{}: {why}", said()),
         )));
     }
     Ok(ClaimRef {
