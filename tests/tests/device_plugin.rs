@@ -605,3 +605,77 @@ async fn allocate_refuses_duplicate_ids_as_preferred_allocation_does() {
         assert_eq!(e.message(), "0000:25:00.0 is listed twice");
     }
 }
+
+/// On NVIDIA GPUs the plugin reads NVLinks as `allocate` does: the four
+/// H200s of the captured 4x H200 VM (one flat bus, no switch: every PCIe
+/// pair alike), relinked to vfio-pci, with an operator's map that links only
+/// 00:07.0 and 00:09.0. Two of four is then that pair, by hand (the only
+/// NVLinked pair), and `allocate --nvlink` with the same map says the same.
+#[tokio::test]
+async fn preferred_allocation_reads_nvlinks_as_allocate_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let unpacked = p2p_tests::unpack_fixture("h200x4-passthrough-guest");
+    let tree = dir.path().join("sysfs");
+    let ok = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(unpacked.path().join("sysfs"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let gpus = [
+        "0000:00:06.0",
+        "0000:00:07.0",
+        "0000:00:08.0",
+        "0000:00:09.0",
+    ];
+    for g in gpus {
+        rebind(&tree, g, "vfio-pci");
+    }
+    let map = dir.path().join("nvlink.json");
+    std::fs::write(
+        &map,
+        r#"{"links": [{"a": "0000:00:07.0", "b": "0000:00:09.0", "count": 18}]}"#,
+    )
+    .unwrap();
+    let mut kubelet = start_kubelet(dir.path());
+    let _plugin = Plugin(
+        std::process::Command::new(p2p_tests::binary("p2p-host"))
+            .args(["device-plugin", "--resource", RESOURCE, "--no-nvml"])
+            .arg("--nvlink")
+            .arg(&map)
+            .arg("--kubelet-dir")
+            .arg(dir.path())
+            .arg("--sysfs-root")
+            .arg(&tree)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let reg = kubelet.next_registration().await;
+    let mut c = client(dir.path(), &reg).await;
+    let got = c
+        .get_preferred_allocation(preferred_request(&gpus, &[], 2))
+        .await
+        .unwrap()
+        .into_inner();
+    let got = &got.container_responses[0].device_i_ds;
+    assert_eq!(got, &["0000:00:07.0", "0000:00:09.0"]);
+    let r = run(
+        "p2p-host",
+        &[
+            "allocate",
+            "--sysfs-root",
+            tree.to_str().unwrap(),
+            "--no-nvml",
+            "--nvlink",
+            map.to_str().unwrap(),
+            "--available",
+            &gpus.join(","),
+            "--size",
+            "2",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout.lines().next().unwrap(), got.join(","));
+}
