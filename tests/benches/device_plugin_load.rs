@@ -40,7 +40,7 @@ fn plugin_binary() -> PathBuf {
             "-q",
             "--release",
             "-p",
-            "p2p-host",
+            "p2p-host-cli",
             "--bin",
             "p2p-host",
         ])
