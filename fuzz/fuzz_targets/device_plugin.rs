@@ -10,36 +10,19 @@
 //! every refusal's message is at most `grpc::MAX_MESSAGE` bytes.
 #![no_main]
 
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
+use p2p_fuzz::vfio_tree::{nested_switch_on_vfio, GPUS};
+use p2p_host::sysfs::SysfsReader;
 use p2p_host_kube::device_plugin::api::*;
 use p2p_host_kube::device_plugin::{self, Inventory, Policy, Selector};
 use p2p_host_kube::grpc::MAX_MESSAGE;
-use p2p_host::sysfs::SysfsReader;
 use p2p_shared::classify::PathClass;
 use p2p_shared::clique::MaxLevel;
 use prost::Message;
 use tokio_stream::StreamExt;
 use tonic::{Request, Status};
-
-const GPUS: [&str; 5] = [
-    "0000:25:00.0",
-    "0000:26:00.0",
-    "0000:27:00.0",
-    "0000:28:00.0",
-    "0000:81:00.0",
-];
-
-/// Points GPU's `driver` link at vfio-pci, as a bind would.
-fn to_vfio(tree: &Path, gpu: &str) {
-    let dev = std::fs::canonicalize(tree.join("bus/pci/devices").join(gpu)).unwrap();
-    let link = dev.join("driver");
-    let old = std::fs::read_link(&link).unwrap();
-    std::fs::remove_file(&link).unwrap();
-    std::os::unix::fs::symlink(old.parent().unwrap().join("vfio-pci"), &link).unwrap();
-}
 
 struct Target {
     runtime: tokio::runtime::Runtime,
@@ -50,28 +33,14 @@ struct Target {
 fn target() -> &'static Target {
     static T: OnceLock<Target> = OnceLock::new();
     T.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("vp2p-fuzz-dp-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/qemu-11.1-nested-switch-iommu-on/sysfs");
-        let ok = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&src)
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let tree = dir.join("sysfs");
-        for g in GPUS {
-            to_vfio(&tree, g);
-        }
+        let tree = nested_switch_on_vfio("dp").join("sysfs");
         let selector = Selector::VendorDevice {
             vendor: 0x1b36,
             device: 0x0010,
         };
         let make = |policy: Policy| {
-            let reader = std::sync::Arc::new(SysfsReader::pci_only(p2p_shared::GpuSelector::Nvidia));
+            let reader =
+                std::sync::Arc::new(SysfsReader::pci_only(p2p_shared::GpuSelector::Nvidia));
             let inv = Inventory::discover(reader, &tree, "vp2p.io/nvme", selector)
                 .unwrap()
                 .with_policy(policy);

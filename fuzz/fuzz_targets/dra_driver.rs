@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
+use p2p_fuzz::vfio_tree::nested_switch_on_vfio;
 use p2p_host::sysfs::SysfsReader;
 use p2p_host_kube::dra_driver::checkpoint::Checkpoint;
 use p2p_host_kube::dra_driver::server::DraService;
@@ -31,14 +32,6 @@ use p2p_shared::select::ClassPrefix;
 use p2p_shared::GpuSelector;
 use prost::Message;
 use tonic::{Request, Status};
-
-const GPUS: [&str; 5] = [
-    "0000:25:00.0",
-    "0000:26:00.0",
-    "0000:27:00.0",
-    "0000:28:00.0",
-    "0000:81:00.0",
-];
 
 /// The devices the driver publishes on that tree (25 and 26 share an IOMMU
 /// group and are left out).
@@ -56,15 +49,6 @@ impl ClaimSource for InputClaims {
     }
 }
 
-/// Points GPU's `driver` link at vfio-pci, as a bind would.
-fn to_vfio(tree: &Path, gpu: &str) {
-    let dev = std::fs::canonicalize(tree.join("bus/pci/devices").join(gpu)).unwrap();
-    let link = dev.join("driver");
-    let old = std::fs::read_link(&link).unwrap();
-    std::fs::remove_file(&link).unwrap();
-    std::os::unix::fs::symlink(old.parent().unwrap().join("vfio-pci"), &link).unwrap();
-}
-
 struct Target {
     runtime: tokio::runtime::Runtime,
     service: DraService,
@@ -76,22 +60,8 @@ struct Target {
 fn target() -> &'static Target {
     static T: OnceLock<Target> = OnceLock::new();
     T.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("vp2p-fuzz-dra-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/qemu-11.1-nested-switch-iommu-on/sysfs");
-        let ok = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&src)
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        let dir = nested_switch_on_vfio("dra");
         let tree = dir.join("sysfs");
-        for g in GPUS {
-            to_vfio(&tree, g);
-        }
         let selector = GpuSelector::Class {
             prefix: "0108".parse::<ClassPrefix>().unwrap(),
         };
@@ -102,8 +72,11 @@ fn target() -> &'static Target {
         s.cdi_dir = dir.join("cdi");
         s.metadata_dir = dir.join("metadata");
         s.log = |_| {};
-        let (cdi, metadata, checkpoint) =
-            (s.cdi_dir.clone(), s.metadata_dir.clone(), s.checkpoint.clone());
+        let (cdi, metadata, checkpoint) = (
+            s.cdi_dir.clone(),
+            s.metadata_dir.clone(),
+            s.checkpoint.clone(),
+        );
         let driver = Driver::new(s, Box::new(InputClaims)).unwrap();
         Target {
             runtime: tokio::runtime::Builder::new_current_thread()
@@ -184,78 +157,50 @@ fuzz_target!(|data: &[u8]| {
     let (body, claim) = rest.split_at(len);
     *CLAIM.lock().unwrap_or_else(|e| e.into_inner()) = claim.to_vec();
     let t = target();
+    // One arm per method; v1 and v1beta1 share the messages' shape.
+    macro_rules! prepare {
+        ($m:ident) => {{
+            use $m::dra_plugin_server::DraPlugin;
+            let Ok(req) = $m::NodePrepareResourcesRequest::decode(body) else {
+                return;
+            };
+            let asked = uids(req.claims.iter().map(|c| c.uid.as_str()));
+            match t.service.node_prepare_resources(Request::new(req)).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    let answer = r.claims.iter().map(|(u, c)| {
+                        let d = c.devices.iter().map(|d| d.device_name.as_str()).collect();
+                        (u, c.error.as_str(), d)
+                    });
+                    check_prepared(t, asked, answer);
+                }
+                Err(e) => status(e),
+            }
+        }};
+    }
+    macro_rules! unprepare {
+        ($m:ident) => {{
+            use $m::dra_plugin_server::DraPlugin;
+            let Ok(req) = $m::NodeUnprepareResourcesRequest::decode(body) else {
+                return;
+            };
+            let asked = uids(req.claims.iter().map(|c| c.uid.as_str()));
+            match t.service.node_unprepare_resources(Request::new(req)).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    r.claims.values().for_each(|c| bounded(&c.error));
+                    assert_eq!(r.claims.keys().cloned().collect::<BTreeSet<_>>(), asked);
+                }
+                Err(e) => status(e),
+            }
+        }};
+    }
     t.runtime.block_on(async {
-        use v1::dra_plugin_server::DraPlugin as V1;
-        use v1beta1::dra_plugin_server::DraPlugin as V1beta1;
         match pick & 3 {
-            0 => {
-                let Ok(req) = v1::NodePrepareResourcesRequest::decode(body) else {
-                    return;
-                };
-                let asked = uids(req.claims.iter().map(|c| c.uid.as_str()));
-                match V1::node_prepare_resources(&t.service, Request::new(req)).await {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        check_prepared(
-                            t,
-                            asked,
-                            r.claims.iter().map(|(u, c)| {
-                                let d = c.devices.iter().map(|d| d.device_name.as_str()).collect();
-                                (u, c.error.as_str(), d)
-                            }),
-                        );
-                    }
-                    Err(e) => status(e),
-                }
-            }
-            2 => {
-                let Ok(req) = v1beta1::NodePrepareResourcesRequest::decode(body) else {
-                    return;
-                };
-                let asked = uids(req.claims.iter().map(|c| c.uid.as_str()));
-                match V1beta1::node_prepare_resources(&t.service, Request::new(req)).await {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        check_prepared(
-                            t,
-                            asked,
-                            r.claims.iter().map(|(u, c)| {
-                                let d = c.devices.iter().map(|d| d.device_name.as_str()).collect();
-                                (u, c.error.as_str(), d)
-                            }),
-                        );
-                    }
-                    Err(e) => status(e),
-                }
-            }
-            1 => {
-                let Ok(req) = v1::NodeUnprepareResourcesRequest::decode(body) else {
-                    return;
-                };
-                let asked = uids(req.claims.iter().map(|c| c.uid.as_str()));
-                match V1::node_unprepare_resources(&t.service, Request::new(req)).await {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        r.claims.values().for_each(|c| bounded(&c.error));
-                        assert_eq!(r.claims.keys().cloned().collect::<BTreeSet<_>>(), asked);
-                    }
-                    Err(e) => status(e),
-                }
-            }
-            _ => {
-                let Ok(req) = v1beta1::NodeUnprepareResourcesRequest::decode(body) else {
-                    return;
-                };
-                let asked = uids(req.claims.iter().map(|c| c.uid.as_str()));
-                match V1beta1::node_unprepare_resources(&t.service, Request::new(req)).await {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        r.claims.values().for_each(|c| bounded(&c.error));
-                        assert_eq!(r.claims.keys().cloned().collect::<BTreeSet<_>>(), asked);
-                    }
-                    Err(e) => status(e),
-                }
-            }
+            0 => prepare!(v1),
+            1 => unprepare!(v1),
+            2 => prepare!(v1beta1),
+            _ => unprepare!(v1beta1),
         }
     });
     // Unprepare every recorded claim: nothing may be left behind.
@@ -271,7 +216,10 @@ fuzz_target!(|data: &[u8]| {
             .unprepare(&c)
             .unwrap_or_else(|e| panic!("unpreparing {c}: {}", e.0));
     }
-    let left: Vec<_> = files(&t.cdi).into_iter().chain(files(&t.metadata)).collect();
+    let left: Vec<_> = files(&t.cdi)
+        .into_iter()
+        .chain(files(&t.metadata))
+        .collect();
     assert!(left.is_empty(), "left after unprepare: {left:?}");
     let after = Checkpoint::load(&t.checkpoint).unwrap();
     assert!(after.claims.is_empty(), "{:?}", after.claims.keys());

@@ -3,4 +3,5 @@
 
 pub mod capability;
 pub mod nccl_xml;
+pub mod vfio_tree;
 pub mod walkers;

@@ -171,3 +171,23 @@ pub fn topo_route_cell(out: &str, pair: &str) -> String {
     }
     parts.join(" ")
 }
+
+/// The YAML documents of a manifest, split at `---` lines (the manifests
+/// quote every value YAML 1.1 would misread), comment-only documents left
+/// out; panics on YAML that does not parse (a test helper).
+pub fn yaml_documents(text: &str) -> Vec<serde_yaml::Value> {
+    let mut docs = vec![String::new()];
+    for line in text.lines() {
+        if line == "---" {
+            docs.push(String::new());
+        } else {
+            let last = docs.last_mut().unwrap();
+            last.push_str(line);
+            last.push('\n');
+        }
+    }
+    docs.iter()
+        .map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).expect("YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}

@@ -110,24 +110,7 @@ fn kubevirt_page_dra_manifests_are_the_shipped_ones_and_pass_the_schemas() {
         "{} yaml blocks in the DRA section",
         blocks.len()
     );
-    // Documents split at `---` lines, comments-only ones dropped.
-    let docs = |text: &str| -> Vec<serde_yaml::Value> {
-        let mut parts = vec![String::new()];
-        for line in text.lines() {
-            if line == "---" {
-                parts.push(String::new());
-            } else {
-                let last = parts.last_mut().unwrap();
-                last.push_str(line);
-                last.push('\n');
-            }
-        }
-        parts
-            .iter()
-            .map(|p| serde_yaml::from_str::<serde_yaml::Value>(p).expect("YAML"))
-            .filter(|v| !v.is_null())
-            .collect()
-    };
+    let docs = p2p_tests::yaml_documents;
     let dir = repo_root().join("host/kubernetes/dra");
     let mut shipped = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap() {

@@ -374,21 +374,7 @@ fn switches(n: u8) -> Topology {
 }
 
 fn read_yaml_docs(path: &Path) -> Vec<serde_yaml::Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut docs = vec![String::new()];
-    for line in text.lines() {
-        if line == "---" {
-            docs.push(String::new());
-        } else {
-            let last = docs.last_mut().unwrap();
-            last.push_str(line);
-            last.push('\n');
-        }
-    }
-    docs.iter()
-        .map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
+    p2p_tests::yaml_documents(&std::fs::read_to_string(path).unwrap())
 }
 
 fn manifests() -> PathBuf {
