@@ -40,16 +40,12 @@ fn start_with(root: &Path, tree: &Path, api: &ApiServer, more: &[&str]) -> (Plug
     api.kubeconfig(&kubeconfig);
     let kubelet = root.join("kubelet");
     let child = Command::new(binary("p2p-host"))
-        .args([
-            "dra",
-            "driver",
-            "--node-name",
-            NODE,
-            "--gpu-class",
-            "0108",
-            "--resync-ms",
-            "100",
-        ])
+        .args(["dra", "driver", "--node-name", NODE, "--gpu-class", "0108"])
+        .args(if more.contains(&"--resync-ms") {
+            &[][..]
+        } else {
+            &["--resync-ms", "100"][..]
+        })
         .arg("--sysfs-root")
         .arg(tree)
         .arg("--kubelet-root")
@@ -358,5 +354,88 @@ fn the_driver_publishes_what_dra_slices_prints_nvlinks_and_partitions_included()
         attr("0000:81:00.0", "fmPartition1"),
         Some(json!({"int": 9}))
     );
+    assert_eq!(sigterm(&mut p), Some(0));
+}
+
+/// Sends `msg` to the kernel's uevent multicast group, as the kernel does
+/// for a device event; a process may do so with CAP_NET_ADMIN (root here).
+fn send_uevent(msg: &[u8]) {
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_KOBJECT_UEVENT,
+        )
+    };
+    assert!(
+        fd >= 0,
+        "a uevent socket: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: sockaddr_nl is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    addr.nl_groups = 1;
+    // SAFETY: sendto(2) on the socket just opened, with `msg` and a
+    // sockaddr_nl of its exact size.
+    let sent = unsafe {
+        libc::sendto(
+            fd,
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            (&addr as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: closing the descriptor opened above, used by nothing else.
+    unsafe { libc::close(fd) };
+    assert_eq!(
+        sent,
+        msg.len() as isize,
+        "sending to the uevent group needs CAP_NET_ADMIN (run the tests as root): {err}"
+    );
+}
+
+/// A kernel uevent of a PCI function wakes the publisher at once. The
+/// driver checks sysfs every 10 minutes here, so after its first
+/// publication a second one within seconds can only come from the uevent:
+/// 81:00.0 leaves vfio-pci, and the unbind the kernel would broadcast for it
+/// (lib/kobject_uevent.c's format: `ACTION@DEVPATH`, then `KEY=VALUE`
+/// strings, NUL-terminated) is sent to the uevent group.
+#[test]
+fn a_pci_uevent_is_published_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = vfio_tree(tmp.path());
+    let api = ApiServer::start();
+    let (mut p, _kubelet) = start_with(tmp.path(), &tree, &api, &["--resync-ms", "600000"]);
+    wait("the slice", || api.slices().contains_key(SLICE));
+    assert_eq!(names(&api.slices()[SLICE]).len(), 3);
+    rebind(&tree, "0000:81:00.0", "nvme");
+    let devpath = "/devices/pci0000:80/0000:80:00.0/0000:81:00.0";
+    let msg = format!(
+        "unbind@{devpath}\0ACTION=unbind\0DEVPATH={devpath}\0SUBSYSTEM=pci\0DRIVER=vfio-pci\0SEQNUM=4711\0"
+    );
+    let sent = Instant::now();
+    send_uevent(msg.as_bytes());
+    wait("generation 2 after the uevent", || {
+        api.slices()[SLICE]["spec"]["pool"]["generation"] == 2
+    });
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "published {:?} after the uevent",
+        sent.elapsed()
+    );
+    assert_eq!(
+        names(&api.slices()[SLICE]),
+        [device("0000:27:00.0"), device("0000:28:00.0")]
+    );
+    // A uevent of another subsystem wakes nothing: no third generation.
+    rebind(&tree, "0000:81:00.0", "vfio-pci");
+    send_uevent(b"bind@/devices/usb1/1-1\0ACTION=bind\0SUBSYSTEM=usb\0SEQNUM=4712\0");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(api.slices()[SLICE]["spec"]["pool"]["generation"], 2);
     assert_eq!(sigterm(&mut p), Some(0));
 }

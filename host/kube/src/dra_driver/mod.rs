@@ -20,6 +20,7 @@ pub mod checkpoint;
 pub mod claims;
 pub mod prepare;
 pub mod server;
+pub mod uevents;
 pub mod vfio;
 
 use std::future::Future;
@@ -263,14 +264,20 @@ pub fn build(
     Ok((topo, publication))
 }
 
+/// How long the publisher waits after a uevent before reading sysfs: a
+/// bind is an unbind, a `driver_override` write and a probe in a row.
+const SETTLE: Duration = Duration::from_millis(200);
+
 /// Publishes the node's slices whenever its devices differ from those last
 /// published (a GPU bound, unbound, appeared or gone: a new pool
-/// generation), checking every `resync`, until `stop`; an API server that
+/// generation), checking every `resync` and at once when `wake` is notified
+/// (a kernel uevent of a PCI function), until `stop`; an API server that
 /// fails is retried at the next check.
 async fn publish_loop(
     api: api_server::ApiServer,
     settings: Settings,
     resync: Duration,
+    wake: Arc<tokio::sync::Notify>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let (node, driver, log) = (
@@ -312,9 +319,13 @@ async fn publish_loop(
             Ok(Err(e)) => log(&format!("building the slices: {e}")),
             Err(e) => log(&format!("building the slices: {e}")),
         }
-        tokio::select! {
-            _ = tokio::time::sleep(resync) => {}
+        let woken = tokio::select! {
+            _ = tokio::time::sleep(resync) => false,
+            _ = wake.notified() => true,
             _ = stop.wait_for(|s| *s) => break,
+        };
+        if woken {
+            tokio::time::sleep(SETTLE).await;
         }
     }
 }
@@ -332,13 +343,33 @@ pub async fn serve_cluster(
         runtime: tokio::runtime::Handle::current(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let publisher = tokio::spawn(publish_loop(api.clone(), settings.clone(), resync, stop_rx));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let uevents_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let notify = wake.clone();
+    match uevents::watch(Duration::from_secs(1), uevents_stop.clone(), move || {
+        notify.notify_one()
+    }) {
+        Ok(_) => (settings.log)(
+            "watching kernel uevents: a PCI bind, unbind, add or remove is published at once",
+        ),
+        Err(e) => (settings.log)(&format!(
+            "kernel uevents not available ({e}): device changes are checked every {resync:?} only"
+        )),
+    }
+    let publisher = tokio::spawn(publish_loop(
+        api.clone(),
+        settings.clone(),
+        resync,
+        wake,
+        stop_rx,
+    ));
     let served = serve(settings.clone(), Box::new(claims), async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     })
     .await;
     let _ = publisher.await;
+    uevents_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     match api.remove(&settings.node_name, &settings.driver_name).await {
         Ok(n) => (settings.log)(&format!("removed {n} ResourceSlice(s)")),
         Err(e) => (settings.log)(&format!("removing the slices: {e}")),
