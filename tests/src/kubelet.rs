@@ -25,6 +25,10 @@ use crate::grpc_wire::protobuf::Decoded;
 use crate::grpc_wire::raw;
 use crate::grpc_wire::table::KUBELET_V1BETA1;
 use crate::{binary, fixture_dir};
+use p2p_host_kube::device_plugin::api::{
+    ContainerPreferredAllocationRequest, DevicePluginClient, PreferredAllocationRequest,
+};
+use p2p_host_kube::grpc::connect_unix;
 
 /// The kubelet's registration socket's name (the API's).
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
@@ -225,4 +229,62 @@ pub fn start_plugin_with(dir: &Path, tree: &Path, policy: &[&str]) -> Plugin {
         .spawn()
         .unwrap();
     Plugin(child)
+}
+
+/// A temporary directory with the tree, a stand-in kubelet and the plugin
+/// registered (default policy), for the device plugin's tests.
+pub struct Setup {
+    // Dropped first: the plugin stops before its directory goes.
+    _plugin: Plugin,
+    /// The directory: the kubelet's device-plugins directory.
+    pub dir: tempfile::TempDir,
+    /// The copied tree the plugin reads.
+    pub tree: PathBuf,
+    /// The kubelet stand-in.
+    pub kubelet: Kubelet,
+    /// The plugin's first registration.
+    pub first: Registered,
+}
+
+/// Copies the tree, starts the stand-in and the plugin, waits for the
+/// registration.
+pub async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = vfio_tree(dir.path());
+    let mut kubelet = start_kubelet(dir.path());
+    let plugin = start_plugin(dir.path(), &tree);
+    let first = kubelet.next_registration().await;
+    Setup {
+        _plugin: plugin,
+        dir,
+        tree,
+        kubelet,
+        first,
+    }
+}
+
+/// A DevicePlugin client of the plugin `reg` registered, in `dir`.
+pub async fn client(dir: &Path, reg: &Registered) -> DevicePluginClient<tonic::transport::Channel> {
+    let channel = connect_unix(&dir.join(&reg.endpoint)).await.unwrap();
+    DevicePluginClient::new(channel)
+}
+
+/// Owned ids.
+pub fn ids(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// One container's GetPreferredAllocation request.
+pub fn preferred_request(
+    available: &[&str],
+    must: &[&str],
+    size: i32,
+) -> PreferredAllocationRequest {
+    PreferredAllocationRequest {
+        container_requests: vec![ContainerPreferredAllocationRequest {
+            available_device_i_ds: ids(available),
+            must_include_device_i_ds: ids(must),
+            allocation_size: size,
+        }],
+    }
 }
