@@ -8,11 +8,12 @@
 //!
 //! With the API server ([`serve_cluster`]) it also publishes the node's
 //! ResourceSlices, publishes them again with a new pool generation when the
-//! devices change, removes them on shutdown, and reads the claims there.
+//! devices change (checked on a timer and at once on a kernel uevent),
+//! removes them on shutdown, and reads the claims there.
 //!
 //! [`prepare`] is the node side without gRPC, [`server`] the services,
 //! [`claims`] where claims are read, [`api_server`] the API side, [`vfio`]
-//! binding, [`cdi`] the spec.
+//! binding, [`cdi`] the spec, [`uevents`] the kernel's device events.
 
 pub mod api_server;
 pub mod cdi;
