@@ -69,7 +69,7 @@ pub enum SpecError {
 #[derive(Debug, thiserror::Error)]
 pub enum SpecFileError {
     /// The file could not be read (missing, unreadable, not a regular file,
-    /// larger than [`CONF_MAX`](super::spec::CONF_MAX), not UTF-8).
+    /// larger than [`CONF_MAX`](super::limits::CONF_MAX), not UTF-8).
     #[error("{path}: {why}")]
     Read {
         /// The file.
