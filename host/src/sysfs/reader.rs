@@ -45,11 +45,6 @@ impl SysfsReader {
         }
     }
 
-    /// Which functions are GPUs.
-    pub fn selector(&self) -> &GpuSelector {
-        &self.selector
-    }
-
     /// Reads the tree at `root`, keeping the resolved root (for commands that
     /// go on to read more of it).
     pub fn read_root(&self, root: &SysfsRoot) -> Result<Topology, TopologyReadError> {

@@ -7,8 +7,6 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use clap::Args;
-use p2p_host::nvlink::NvLinkOptions;
-use p2p_host::sysfs::SysfsReader;
 use p2p_host_kube::device_plugin::{self, api, Config, Selector};
 
 #[derive(Debug, Args)]
@@ -39,13 +37,8 @@ pub struct DevicePluginArgs {
     /// inactive partitions. Read once at start.
     #[arg(long, value_name = "FILE")]
     fm_partitions: Option<PathBuf>,
-    /// NVLink map: {"links": [{"a": BDF, "b": BDF, "count": N}, ...]}, as
-    /// `allocate --nvlink`. Wins over NVML and NVSwitch discovery.
-    #[arg(long, value_name = "FILE")]
-    nvlink: Option<PathBuf>,
-    /// Do not ask NVML for NVLinks even when reading the live /sys.
-    #[arg(long)]
-    no_nvml: bool,
+    #[command(flatten)]
+    nvlinks: super::select::NvLinkArgs,
     /// Milliseconds between health and kubelet.sock checks.
     #[arg(long, value_name = "MS", default_value_t = 1000, hide = true)]
     poll_ms: u64,
@@ -56,11 +49,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {
     // The tree read as `allocate` reads it (the scan, then NVLinks between
     // NVIDIA GPUs: the map, NVML on the live /sys, the NVSwitch heuristic),
     // so GetPreferredAllocation answers what `allocate` answers.
-    let nvlinks = NvLinkOptions {
-        map: args.nvlink,
-        use_nvml: !args.no_nvml,
-    };
-    let reader = SysfsReader::with_nvlinks(p2p_shared::GpuSelector::Nvidia, nvlinks);
+    let reader = args.nvlinks.reader(p2p_shared::GpuSelector::Nvidia);
     device_plugin::run(Config {
         policy: device_plugin::Policy {
             max_level: args.max_level,

@@ -11,8 +11,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use p2p_host::nvlink::NvLinkOptions;
-use p2p_host::sysfs::SysfsReader;
 use p2p_shared::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
 use serde_json::json;
 
@@ -47,13 +45,8 @@ pub struct DriverArgs {
     /// digits); NVIDIA display controllers otherwise.
     #[arg(long, value_name = "PREFIX")]
     gpu_class: Option<p2p_shared::select::ClassPrefix>,
-    /// NVLink map: {"links": [{"a": BDF, "b": BDF, "count": N}, ...]}, for
-    /// the nvlinkDomain attribute. Wins over NVML and NVSwitch discovery.
-    #[arg(long, value_name = "FILE")]
-    nvlink: Option<PathBuf>,
-    /// Do not ask NVML for NVLinks even when reading the live /sys.
-    #[arg(long)]
-    no_nvml: bool,
+    #[command(flatten)]
+    nvlinks: super::select::NvLinkArgs,
     /// Fabric Manager's partition list (`fmpm -l` output): an
     /// fmPartition<N> attribute per partition size. Read once at start.
     #[arg(long, value_name = "FILE")]
@@ -154,11 +147,7 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
         Some(prefix) => p2p_shared::GpuSelector::Class { prefix },
         None => p2p_shared::GpuSelector::Nvidia,
     };
-    let nvlinks = NvLinkOptions {
-        map: args.nvlink,
-        use_nvml: !args.no_nvml,
-    };
-    let reader = Arc::new(SysfsReader::with_nvlinks(selector.clone(), nvlinks));
+    let reader = Arc::new(args.nvlinks.reader(selector.clone()));
     let mut s = Settings::new(
         &args.node_name,
         &args.driver_name,

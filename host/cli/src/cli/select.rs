@@ -30,6 +30,15 @@ pub struct TopologyArgs {
     /// for example 0108 for NVMe in an emulated test topology).
     #[arg(long, value_name = "PREFIX")]
     pub gpu_class: Option<ClassPrefix>,
+    #[command(flatten)]
+    pub nvlinks: NvLinkArgs,
+}
+
+/// Where NVLinks come from: `--nvlink FILE`, else NVML on the live /sys
+/// unless `--no-nvml`, else the NVSwitch heuristic. Every command that reads
+/// a tree takes these, so all of them see the same links.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NvLinkArgs {
     /// NVLink map: {"links": [{"a": BDF, "b": BDF, "count": N}, ...]}. Wins over
     /// NVML and NVSwitch discovery.
     #[arg(long, value_name = "FILE")]
@@ -37,6 +46,17 @@ pub struct TopologyArgs {
     /// Do not ask NVML for NVLinks even when reading the live /sys.
     #[arg(long)]
     pub no_nvml: bool,
+}
+
+impl NvLinkArgs {
+    /// The tree read with these NVLink sources, for the GPUs `selector` picks.
+    pub fn reader(&self, selector: GpuSelector) -> SysfsReader {
+        let opts = NvLinkOptions {
+            map: self.nvlink.clone(),
+            use_nvml: !self.no_nvml,
+        };
+        SysfsReader::with_nvlinks(selector, opts)
+    }
 }
 
 impl TopologyArgs {
@@ -52,21 +72,13 @@ impl TopologyArgs {
         }
     }
 
-    /// How the tree is read: the scan, then NVLinks for the selected GPUs.
-    pub fn reader(&self) -> SysfsReader {
-        let opts = NvLinkOptions {
-            map: self.nvlink.clone(),
-            use_nvml: !self.no_nvml,
-        };
-        SysfsReader::with_nvlinks(self.selector(), opts)
-    }
-
     /// Scans the tree and discovers NVLinks for the selected GPUs.
     pub fn load(&self) -> anyhow::Result<(SysfsRoot, Topology, GpuSelector)> {
         let root = SysfsRoot::new(&self.sysfs_root)?;
         let selector = self.selector();
         let topo = self
-            .reader()
+            .nvlinks
+            .reader(selector.clone())
             .read_root(&root)
             .with_context(|| format!("scanning {}", root.path().display()))?;
         if let GpuSelector::List { bdfs } = &selector {

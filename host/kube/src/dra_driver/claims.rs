@@ -5,6 +5,7 @@
 //! tests hand claims in through the same trait.
 
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use p2p_shared::dra::claim::ResourceClaim;
@@ -56,14 +57,20 @@ impl ClaimSource for ClaimDir {
             .join(format!("{}.json", claim.name));
         let err = |why: String| format!("reading {}: {why}", path.display());
         // A regular file only: a FIFO would block the prepare, a device
-        // (`/dev/zero`) would never end.
-        let meta = std::fs::metadata(&path).map_err(|e| err(e.to_string()))?;
+        // (`/dev/zero`) would never end. Opened without blocking and checked
+        // on the open file, so nothing can be swapped in between.
+        let file = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| err(e.to_string()))?;
+        let meta = file.metadata().map_err(|e| err(e.to_string()))?;
         if !meta.is_file() {
             return Err(err("not a regular file".into()));
         }
         let mut bytes = Vec::new();
-        std::fs::File::open(&path)
-            .and_then(|f| f.take(CLAIM_FILE_MAX + 1).read_to_end(&mut bytes))
+        file.take(CLAIM_FILE_MAX + 1)
+            .read_to_end(&mut bytes)
             .map_err(|e| err(e.to_string()))?;
         if bytes.len() as u64 > CLAIM_FILE_MAX {
             return Err(err(format!("larger than {CLAIM_FILE_MAX} bytes")));
