@@ -13,6 +13,10 @@
 #   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
 # - kubernetes-validate 1.37.0 (PyPI; it bundles Kubernetes' OpenAPI schemas 1.25 to 1.37)
 #   in a venv under $VP2P_CACHE/kubernetes-validate, for the DRA manifests' schema check;
+# - kube-peers (tests/kube, Go): etcd, kube-apiserver, kube-controller-manager,
+#   kube-scheduler, kubectl and the kubelet's plugin clients from k8s.io/kubernetes
+#   v1.37, the Kubernetes tests' peers (scripts/build-kube-peers.sh; needs Go 1.26+
+#   and the Go module proxy; the modules are cached by the go client);
 # - NVIDIA's NVRTC (the PyPI wheel nvidia-cuda-nvrtc 13.0.88, the version on the GPU
 #   VMs) under $VP2P_CACHE/nvrtc, so the CUDA kernels are compiled in CI without a GPU.
 # Prints the shell line that puts NVRTC on the loader path (scripts/test.sh uses it).
@@ -39,6 +43,8 @@ if [ ! -x "$kv/bin/kubernetes-validate" ] || ! "$kv/bin/kubernetes-validate" --v
     python3 -m venv "$kv"
     "$kv/bin/pip" install -q "kubernetes-validate==1.37.0" >&2
 fi
+
+bash "$here/build-kube-peers.sh"
 
 nvrtc="$VP2P_CACHE/nvrtc"
 lib="$nvrtc/nvidia/cu13/lib"

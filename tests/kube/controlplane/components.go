@@ -1,0 +1,162 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Components in the order they start (and the reverse of the order they stop).
+var Components = []string{"etcd", "apiserver", "controller-manager", "scheduler"}
+
+// The controllers kube-controller-manager runs: what turns a pod's claim
+// template into a ResourceClaim, the default ServiceAccount of a namespace,
+// owner references and namespace deletion. Nothing that needs a kubelet.
+var controllers = []string{
+	"serviceaccount-controller",
+	"resourceclaim-controller",
+	"garbage-collector-controller",
+	"namespace-controller",
+}
+
+// RunEtcd runs embedded etcd (go.etcd.io/etcd/server/v3/embed) with its
+// data in DIR/etcd until SIGTERM or SIGINT. Its data outlives the API
+// server, so a restarted API server finds every object again.
+func RunEtcd(dir string) error {
+	st, err := ReadState(dir)
+	if err != nil {
+		return err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "vp2p"
+	cfg.Dir = filepath.Join(dir, "etcd")
+	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", st.EtcdClientPort)}
+	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", st.EtcdPeerPort)}
+	cfg.ListenClientUrls = []url.URL{client}
+	cfg.AdvertiseClientUrls = []url.URL{client}
+	cfg.ListenPeerUrls = []url.URL{peer}
+	cfg.AdvertisePeerUrls = []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	// A scratch store: an fsync per write only costs time on loopback tests.
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("etcd in %s: %w", cfg.Dir, err)
+	}
+	defer e.Close()
+	<-e.Server.ReadyNotify()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-e.Err():
+		return err
+	}
+}
+
+// APIServerArgs are kube-apiserver's flags for DIR: etcd of DIR, TLS and
+// client certificates from DIR's CA, service-account tokens signed by DIR's
+// key, the Node and RBAC authorizers, NodeRestriction on top of the default
+// admission plugins.
+func APIServerArgs(dir string) ([]string, error) {
+	st, err := ReadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	pki := filepath.Join(dir, "pki")
+	p := func(f string) string { return filepath.Join(pki, f) }
+	return []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", st.EtcdClientPort),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", st.APIServerPort),
+		"--tls-cert-file=" + p("apiserver.crt"),
+		"--tls-private-key-file=" + p("apiserver.key"),
+		"--client-ca-file=" + p("ca.crt"),
+		"--requestheader-client-ca-file=" + p("ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + p("front-proxy-client.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p("sa.pub"),
+		"--service-account-signing-key-file=" + p("sa.key"),
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		// As kubeadm sets it: the DRA driver's DaemonSet is privileged.
+		"--allow-privileged=true",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+		"--v=1",
+	}, nil
+}
+
+// ControllerManagerArgs are kube-controller-manager's flags for DIR.
+func ControllerManagerArgs(dir string) ([]string, error) {
+	st, err := ReadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubeconfigOf(dir, "controller-manager", "system:kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--controllers=" + strings.Join(controllers, ","),
+		// Each controller as its own service account with its bootstrap
+		// role, as kubeadm runs it.
+		"--use-service-account-credentials=true",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", st.ControllerManagerPort),
+		"--profiling=false",
+		"--v=1",
+	}, nil
+}
+
+// SchedulerArgs are kube-scheduler's flags for DIR: the default profile,
+// whose DynamicResources plugin allocates claims.
+func SchedulerArgs(dir string) ([]string, error) {
+	st, err := ReadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubeconfigOf(dir, "scheduler", "system:kube-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", st.SchedulerPort),
+		"--profiling=false",
+		"--v=1",
+	}, nil
+}
+
+// logFile is where a component's output goes.
+func logFile(dir, component string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(filepath.Join(dir, "logs", component+".log"),
+		os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+}

@@ -1,0 +1,179 @@
+// kube-peers: the Kubernetes peers of vp2p's tests, from Kubernetes' own
+// code. A control plane on loopback (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler), kubectl, and the kubelet's
+// plugin clients (plugin watcher and DRA manager, device manager), with the
+// CDI library injecting what a DRA driver prepared.
+//
+//	kube-peers up DIR | down DIR            the control plane in the background
+//	kube-peers control-plane DIR [--watch-pid PID]
+//	                                        the same in the foreground
+//	kube-peers stop-component DIR NAME      stop one component (etcd kept) ...
+//	kube-peers start-component DIR NAME     ... and start it again
+//	kube-peers node-kubeconfig DIR NODE OUT a kubeconfig as system:node:NODE
+//	kube-peers kubectl ARGS...              kubectl (also as argv[0] "kubectl")
+//	kube-peers kubelet-dra ...              the kubelet's DRA side for one node
+//	kube-peers device-manager ...           the kubelet's device-plugin side
+//	kube-peers etcd|apiserver|controller-manager|scheduler DIR
+//	                                        one component (run by control-plane)
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/component-base/cli"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	kcm "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"vp2p/tests/kube/controlplane"
+	"vp2p/tests/kube/kubelet"
+)
+
+func usage() {
+	fmt.Fprintln(os.Stderr, `usage: kube-peers up DIR | down DIR | control-plane DIR [--watch-pid PID]
+       kube-peers stop-component DIR NAME | start-component DIR NAME
+       kube-peers node-kubeconfig DIR NODE OUT
+       kube-peers kubectl ARGS...
+       kube-peers kubelet-dra --help | device-manager --help`)
+	os.Exit(2)
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "kube-peers: %v\n", err)
+	if errors.Is(err, controlplane.ErrRunning) {
+		os.Exit(3)
+	}
+	os.Exit(1)
+}
+
+func main() {
+	if filepath.Base(os.Args[0]) == "kubectl" {
+		os.Exit(cli.Run(kubectl.NewDefaultKubectlCommand()))
+	}
+	if len(os.Args) < 2 {
+		usage()
+	}
+	sub, args := os.Args[1], os.Args[2:]
+	dirArg := func(n int) {
+		if len(args) < n {
+			usage()
+		}
+	}
+	switch sub {
+	case "up":
+		dirArg(1)
+		st, err := controlplane.Up(args[0])
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("API server %s\nkubeconfig %s\n", st.Address(), controlplane.AdminKubeconfig(mustAbs(args[0])))
+	case "down":
+		dirArg(1)
+		if err := controlplane.Down(args[0]); err != nil {
+			fail(err)
+		}
+	case "control-plane":
+		dirArg(1)
+		watch := 0
+		if len(args) == 3 && args[1] == "--watch-pid" {
+			if _, err := fmt.Sscan(args[2], &watch); err != nil {
+				usage()
+			}
+		} else if len(args) != 1 {
+			usage()
+		}
+		if err := controlplane.Supervise(args[0], watch); err != nil {
+			fail(err)
+		}
+	case "stop-component", "start-component":
+		dirArg(2)
+		f := controlplane.StopComponent
+		if sub == "start-component" {
+			f = controlplane.StartComponent
+		}
+		if err := f(args[0], args[1]); err != nil {
+			fail(err)
+		}
+	case "node-kubeconfig":
+		dirArg(3)
+		cert, key, err := controlplane.NodeIdentity(args[0], args[1])
+		if err == nil {
+			err = controlplane.WriteKubeconfig(args[0], args[2], "system:node:"+args[1], cert, key, "")
+		}
+		if err != nil {
+			fail(err)
+		}
+	case "kubectl":
+		os.Args = append([]string{"kubectl"}, args...)
+		os.Exit(cli.Run(kubectl.NewDefaultKubectlCommand()))
+	case "kubelet-dra":
+		if err := kubelet.RunDRA(args); err != nil {
+			fail(err)
+		}
+	case "device-manager":
+		if err := kubelet.RunDeviceManager(args); err != nil {
+			fail(err)
+		}
+	case "etcd":
+		dirArg(1)
+		if err := controlplane.RunEtcd(args[0]); err != nil {
+			fail(err)
+		}
+	case "apiserver", "controller-manager", "scheduler":
+		dirArg(1)
+		component(sub, args[0])
+	default:
+		usage()
+	}
+}
+
+// component runs one of Kubernetes' own commands with DIR's flags.
+func component(name, dir string) {
+	var (
+		flags []string
+		err   error
+	)
+	switch name {
+	case "apiserver":
+		flags, err = controlplane.APIServerArgs(dir)
+	case "controller-manager":
+		flags, err = controlplane.ControllerManagerArgs(dir)
+	default:
+		flags, err = controlplane.SchedulerArgs(dir)
+	}
+	if err != nil {
+		fail(err)
+	}
+	// Each command is built only when it runs: the API server's sets up its
+	// signal handler when constructed, once per process.
+	cmd := map[string]func() int{
+		"apiserver": func() int {
+			c := apiserver.NewAPIServerCommand()
+			c.SetArgs(flags)
+			return cli.Run(c)
+		},
+		"controller-manager": func() int {
+			c := kcm.NewControllerManagerCommand()
+			c.SetArgs(flags)
+			return cli.Run(c)
+		},
+		"scheduler": func() int {
+			c := scheduler.NewSchedulerCommand()
+			c.SetArgs(flags)
+			return cli.Run(c)
+		},
+	}[name]
+	os.Exit(cmd())
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		fail(err)
+	}
+	return a
+}

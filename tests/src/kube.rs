@@ -1,0 +1,366 @@
+//! The real Kubernetes as a test peer: `kube-peers` (the Go module in
+//! tests/kube, built from k8s.io/kubernetes v1.37 by scripts/setup.sh) runs
+//! etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
+//! loopback, and kubectl and the kubelet's plugin clients on demand. No
+//! kubelet with a container runtime runs: nodes are API objects.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+use crate::{repo_root, target_dir};
+
+/// The `kube-peers` binary, built from tests/kube when it is missing or
+/// older than a file of that module (scripts/setup.sh builds it first, so
+/// this only rebuilds after the Go code changed).
+pub fn kube_peers() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let bin = target_dir().join("kube-peers/kube-peers");
+            let newest = newest_source(&repo_root().join("tests/kube"));
+            let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+            if built.is_none_or(|b| b < newest) {
+                let status = Command::new("bash")
+                    .arg(repo_root().join("scripts/build-kube-peers.sh"))
+                    .status()
+                    .expect("bash runs scripts/build-kube-peers.sh");
+                assert!(
+                    status.success(),
+                    "building kube-peers (tests/kube, Go) failed: Go 1.26 and the Go module \
+                     proxy are needed (scripts/setup.sh says how to get them)"
+                );
+            }
+            assert!(bin.exists(), "{} was not built", bin.display());
+            bin
+        })
+        .clone()
+}
+
+fn newest_source(dir: &Path) -> SystemTime {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return newest;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let t = if p.is_dir() {
+            newest_source(&p)
+        } else if p
+            .extension()
+            .is_some_and(|x| x == "go" || x == "mod" || x == "sum")
+        {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        } else {
+            continue;
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// A control plane of `kube-peers control-plane DIR`, stopped when dropped
+/// (and, through `--watch-pid`, when the test process ends).
+pub struct ControlPlane {
+    child: Option<Child>,
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl ControlPlane {
+    /// A control plane of its own in a fresh directory.
+    pub fn start() -> Self {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let dir = tmp.path().join("k");
+        let mut cp = Self::start_in(&dir);
+        cp._tmp = Some(tmp);
+        cp
+    }
+
+    /// One control plane for every test of this test binary, in
+    /// `target/kube-peers/runs/<binary>` (made anew at each start); tests
+    /// keep apart by names (nodes, namespaces) of their own.
+    pub fn shared() -> &'static Self {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            let name = exe
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "tests".into());
+            let dir = target_dir().join("kube-peers/runs").join(name);
+            let _ = std::fs::remove_dir_all(&dir);
+            Self::start_in(&dir)
+        })
+    }
+
+    fn start_in(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).expect("the control plane's directory");
+        let log = std::fs::File::create(dir.join("supervisor.log")).expect("a log file");
+        let started = Instant::now();
+        let child = Command::new(kube_peers())
+            .arg("control-plane")
+            .arg(dir)
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("kube-peers control-plane starts");
+        let mut cp = Self {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            _tmp: None,
+        };
+        let ready = dir.join("ready");
+        while !ready.exists() {
+            if let Some(status) = cp.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!(
+                    "the control plane stopped while starting ({status}):\n{}",
+                    cp.log_tail("supervisor.log")
+                );
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(600),
+                "the control plane was not ready within 10 minutes:\n{}",
+                cp.log_tail("supervisor.log")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!(
+            "kube-peers: control plane ready in {:.1} s ({})",
+            started.elapsed().as_secs_f64(),
+            dir.display()
+        );
+        cp
+    }
+
+    /// The last lines of `DIR/<file>` (or `DIR/logs/<file>`), for a failure message.
+    pub fn log_tail(&self, file: &str) -> String {
+        let p = [self.dir.join(file), self.dir.join("logs").join(file)]
+            .into_iter()
+            .find(|p| p.exists());
+        let text = p
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// The control plane's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The admin kubeconfig (system:masters).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// Runs the real kubectl as admin; Ok(stdout) or Err(stderr).
+    pub fn try_kubectl(&self, args: &[&str]) -> Result<String, String> {
+        self.try_kubectl_as(&self.kubeconfig(), args, None)
+    }
+
+    /// Runs the real kubectl with `kubeconfig`, `stdin` piped in.
+    pub fn try_kubectl_as(
+        &self,
+        kubeconfig: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, String> {
+        use std::io::Write;
+        let mut child = Command::new(kube_peers())
+            .arg("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        if let Some(s) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(s.as_bytes())
+                .expect("writing kubectl's stdin");
+        }
+        let out = child.wait_with_output().expect("kubectl ends");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!("{stderr}{stdout}"))
+        }
+    }
+
+    /// Runs kubectl as admin and returns stdout; panics with kubectl's
+    /// error when it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.try_kubectl(args)
+            .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+    }
+
+    /// `kubectl ... -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&a)).expect("kubectl printed JSON")
+    }
+
+    /// `kubectl apply -f -` of `yaml` as admin (server-side validation).
+    pub fn apply(&self, yaml: &str) -> Result<String, String> {
+        self.try_kubectl_as(&self.kubeconfig(), &["apply", "-f", "-"], Some(yaml))
+    }
+
+    /// `kubectl create -f -` of `yaml` as admin.
+    pub fn create(&self, yaml: &str) -> Result<String, String> {
+        self.try_kubectl_as(&self.kubeconfig(), &["create", "-f", "-"], Some(yaml))
+    }
+
+    /// A Node object `name` with `labels`, Ready, with room for pods (what a
+    /// kubelet would report; none runs here).
+    pub fn add_node(&self, name: &str, labels: &[(&str, &str)]) {
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::from(*v)))
+            .collect();
+        let node = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+        });
+        self.create(&node.to_string())
+            .unwrap_or_else(|e| panic!("creating node {name}: {e}"));
+        let status = serde_json::json!({"status": {
+            "capacity": {"cpu": "128", "memory": "1Ti", "pods": "250"},
+            "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "250"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "a Node object of the test (no kubelet runs)"}],
+        }});
+        self.kubectl(&[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ]);
+        // Admission taints a new node not-ready until the node lifecycle
+        // controller sees its kubelet; neither runs here.
+        self.kubectl(&["taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"]);
+    }
+
+    /// A token the API server issues (TokenRequest) for ServiceAccount
+    /// `namespace/name`, bound to Node `node` when given.
+    pub fn token(&self, namespace: &str, name: &str, node: Option<&str>) -> String {
+        let mut args = vec!["create", "token", name, "-n", namespace, "--duration", "2h"];
+        if let Some(n) = node {
+            args.extend(["--bound-object-kind", "Node", "--bound-object-name", n]);
+        }
+        self.kubectl(&args).trim().to_string()
+    }
+
+    /// Writes a kubeconfig for this API server that authenticates with `token`.
+    pub fn token_kubeconfig(&self, token: &str, path: &Path) {
+        let admin: serde_yaml::Value = serde_yaml::from_str(
+            &std::fs::read_to_string(self.kubeconfig()).expect("the admin kubeconfig"),
+        )
+        .expect("the admin kubeconfig is YAML");
+        let cluster = admin["clusters"][0]["cluster"].clone();
+        let kc = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "vp2p", "cluster": serde_json::to_value(cluster).unwrap()}],
+            "users": [{"name": "token", "user": {"token": token}}],
+            "contexts": [{"name": "vp2p", "context": {"cluster": "vp2p", "user": "token"}}],
+            "current-context": "vp2p",
+        });
+        std::fs::write(path, kc.to_string()).expect("writing a kubeconfig");
+    }
+
+    /// Writes a kubeconfig as `system:node:<node>` (a client certificate
+    /// from the control plane's CA), as the node's kubelet authenticates.
+    pub fn node_kubeconfig(&self, node: &str, path: &Path) {
+        let out = Command::new(kube_peers())
+            .arg("node-kubeconfig")
+            .arg(&self.dir)
+            .arg(node)
+            .arg(path)
+            .output()
+            .expect("kube-peers runs");
+        assert!(
+            out.status.success(),
+            "node-kubeconfig: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops `component` (etcd and the rest stay up) until [`Self::start_component`].
+    pub fn stop_component(&self, component: &str) {
+        self.component("stop-component", component);
+    }
+
+    /// Starts `component` again and waits until it is healthy.
+    pub fn start_component(&self, component: &str) {
+        self.component("start-component", component);
+    }
+
+    fn component(&self, verb: &str, component: &str) {
+        let out = Command::new(kube_peers())
+            .arg(verb)
+            .arg(&self.dir)
+            .arg(component)
+            .output()
+            .expect("kube-peers runs");
+        assert!(
+            out.status.success(),
+            "{verb} {component}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Waits until `f` returns Some, polling every 100 ms, at most `limit`.
+    pub fn wait_for<T>(&self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{what} within {limit:?}\nscheduler log:\n{}",
+                self.log_tail("scheduler.log")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on the pid of a child this process started and has not reaped.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let start = Instant::now();
+            while c.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
