@@ -2,13 +2,6 @@
 // a node's directories: the plugin manager's watcher with the DRA manager
 // (registration, NodePrepareResources, NodeUnprepareResources), and the
 // device manager's plugin server and client (registration, ListAndWatch,
-// GetPreferredAllocation, Allocate).
+// GetPreferredAllocation, Allocate); and the CDI library, as container
+// runtimes use it, on what a DRA driver prepared.
 package kubelet
-
-import "errors"
-
-// RunDRA is the kubelet-dra subcommand.
-func RunDRA(args []string) error { return errors.New("kubelet-dra: not built yet") }
-
-// RunDeviceManager is the device-manager subcommand.
-func RunDeviceManager(args []string) error { return errors.New("device-manager: not built yet") }
