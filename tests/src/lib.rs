@@ -9,6 +9,7 @@ pub mod apiserver;
 pub mod ch_contract;
 pub mod ch_server;
 pub mod dra_kubelet;
+pub mod dra_model;
 pub mod dra_node;
 pub mod e2e;
 pub mod emitted;

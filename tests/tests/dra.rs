@@ -8,7 +8,7 @@
 //! `cel-interpreter` on published devices, the claim template's requests
 //! and constraint run through the allocator model, the VirtualMachine's
 //! references. No cluster runs here: Kubernetes' scheduler is modelled by
-//! `p2p_shared::dra::allocations` (resource.k8s.io/v1 `matchAttribute`).
+//! `p2p_tests::dra_model::allocations` (resource.k8s.io/v1 `matchAttribute`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -17,12 +17,12 @@ use p2p_host::nvlink::{self, NvLinkOptions};
 use p2p_host::sysfs::{self, SysfsRoot};
 use p2p_shared::chooser::{parse_fmpm_list, FmPartition};
 use p2p_shared::dra::{
-    allocations, build_slices, verify_cliques, Claim, Device, DeviceAttribute, Publication,
-    ResourceSlice, SliceOptions, DEFAULT_DRIVER,
+    build_slices, Device, DeviceAttribute, Publication, ResourceSlice, SliceOptions, DEFAULT_DRIVER,
 };
 use p2p_shared::pci::PciePortType;
 use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, PciFunction};
 use p2p_shared::{Bdf, GpuSelector, Topology};
+use p2p_tests::dra_model::{allocations, verify_cliques, Claim};
 use p2p_tests::kubernetes_validate::assert_valid;
 use p2p_tests::{fixture_dir, repo_root, run};
 use serde_json::{json, Value};

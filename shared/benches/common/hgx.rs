@@ -1,7 +1,9 @@
-//! The generated HGX-like host of the benches: 2 sockets (NUMA 0, 1) x 2
-//! host bridges x 2 PCIe switches, each switch with 2 GPUs and 2 RDMA NICs on
-//! its own downstream ports, every endpoint in its own IOMMU group. So GPU
-//! pairs are PIX (one switch), PHB (one host bridge), NODE and SYS.
+//! The generated HGX-like host of the benches (chooser_scale here, and
+//! p2p-tests' dra_scale, which includes this file by path): 2 sockets (NUMA
+//! 0, 1) x 2 host bridges x 2 PCIe switches, each switch with 2 GPUs and 2
+//! RDMA NICs on its own downstream ports, every endpoint in its own IOMMU
+//! group. So GPU pairs are PIX (one switch), PHB (one host bridge), NODE and
+//! SYS.
 
 #![allow(dead_code)]
 

@@ -29,11 +29,9 @@
 //! 1b445ee5615493859aa807dbb9ec483608ee8bd1; the list form needs the alpha
 //! DRAListTypeAttributes gate and is not published).
 
-pub mod allocator;
 mod api;
 pub mod claim;
 pub mod names;
-mod property;
 mod text;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,9 +47,7 @@ use crate::pci::PciePortType;
 use crate::select::{GpuSelector, Role};
 use crate::topology::{PciFunction, Topology};
 
-pub use allocator::{allocations, Claim};
 pub use api::*;
-pub use property::verify_cliques;
 
 /// The driver name when none is given.
 pub const DEFAULT_DRIVER: &str = "gpu.vp2p.io";

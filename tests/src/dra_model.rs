@@ -1,20 +1,118 @@
-//! The property that makes the clique attributes right, as a check any test
-//! or benchmark can run on a publication: two devices have equal
-//! `clique<L>` exactly when their PCIe class is within L, two GPUs share a
-//! clique attribute, `nvlinkDomain` or an `fmPartition<N>` exactly when the
-//! chooser allows them at L ([`crate::chooser::pair_allowed`]), and the
+//! A *model* of Kubernetes' structured-parameters allocator, and the clique
+//! property checked with it. The model takes one claim of one-device requests
+//! under one claim-level `matchAttribute` constraint (resource.k8s.io/v1
+//! `DeviceConstraint`: every device of the requests must have the attribute,
+//! of the same type and value; a device serves one request) and enumerates
+//! every allocation it could return ([`allocations`]); [`verify_cliques`]
+//! checks a publication's clique attributes with it: each allocation must be
+//! one clique, and each clique an allocation.
+//!
+//! It is kept only as a fast property check over many generated trees and
+//! every captured one (tests/tests/dra.rs, dra_property.rs). It is not the
+//! truth: the real kube-scheduler is, and the Kubernetes tests exercise it
+//! against a real control plane.
+//!
+//! Requests select by the `kind` attribute, which is what the DeviceClasses
+//! `vp2p-gpu` and `vp2p-nic` select (their CEL is tested against this).
+//!
+//! The property, on a publication: two devices have equal `clique<L>`
+//! exactly when their PCIe class is within L, two GPUs share a clique
+//! attribute, `nvlinkDomain` or an `fmPartition<N>` exactly when the chooser
+//! allows them at L ([`p2p_shared::chooser::pair_allowed`]), and the
 //! allocations of N one-device GPU requests under `matchAttribute:
-//! clique<L>` ([`super::allocations`]) are exactly the sets of N published
-//! GPUs that are one clique at L.
+//! clique<L>` are exactly the sets of N published GPUs that are one clique
+//! at L.
 
 use std::collections::BTreeSet;
 
-use super::{allocations, Claim, Device, Publication, CLIQUE_ATTRIBUTES, PCI_BUS_ID};
-use crate::bdf::Bdf;
-use crate::chooser::{pair_allowed, FmPartition};
-use crate::classify::classify;
-use crate::clique::MaxLevel;
-use crate::topology::Topology;
+use p2p_shared::chooser::{pair_allowed, FmPartition};
+use p2p_shared::classify;
+use p2p_shared::clique::MaxLevel;
+use p2p_shared::dra::{Device, DeviceKind, Publication, CLIQUE_ATTRIBUTES, PCI_BUS_ID};
+use p2p_shared::{Bdf, Topology};
+
+/// One claim: how many one-device requests of each kind, and the attribute
+/// every allocated device must share (fully qualified, `domain/id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// One-device requests for GPUs.
+    pub gpus: usize,
+    /// One-device requests for NICs.
+    pub nics: usize,
+    /// The `matchAttribute` of the claim's one constraint.
+    pub match_attribute: String,
+}
+
+/// Every allocation of `claim` against `devices` (one node's pool), each as
+/// the sorted device names; as sets, so request order does not multiply them.
+pub fn allocations(driver: &str, devices: &[&Device], claim: &Claim) -> BTreeSet<Vec<String>> {
+    let kind = |d: &Device, k: DeviceKind| {
+        d.attribute(driver, &format!("{driver}/kind"))
+            .and_then(|a| a.as_str())
+            == Some(&k.to_string())
+    };
+    let gpus: Vec<&Device> = devices
+        .iter()
+        .copied()
+        .filter(|d| kind(d, DeviceKind::Gpu))
+        .collect();
+    let nics: Vec<&Device> = devices
+        .iter()
+        .copied()
+        .filter(|d| kind(d, DeviceKind::Nic))
+        .collect();
+    let mut out = BTreeSet::new();
+    let mut chosen = Vec::new();
+    search(driver, claim, &gpus, &nics, 0, 0, &mut chosen, &mut out);
+    out
+}
+
+/// Depth first: GPUs in address order from `gi`, then NICs from `ni`,
+/// pruning as soon as a device breaks the constraint (as the allocator does).
+#[allow(clippy::too_many_arguments)]
+fn search<'a>(
+    driver: &str,
+    claim: &Claim,
+    gpus: &[&'a Device],
+    nics: &[&'a Device],
+    gi: usize,
+    ni: usize,
+    chosen: &mut Vec<&'a Device>,
+    out: &mut BTreeSet<Vec<String>>,
+) {
+    let g_taken = chosen.len().min(claim.gpus);
+    if chosen.len() == claim.gpus + claim.nics {
+        let mut names: Vec<String> = chosen.iter().map(|d| d.name.clone()).collect();
+        names.sort();
+        out.insert(names);
+        return;
+    }
+    let fits = |d: &Device, chosen: &[&Device]| {
+        let Some(v) = d.attribute(driver, &claim.match_attribute) else {
+            return false;
+        };
+        chosen
+            .first()
+            .is_none_or(|c| c.attribute(driver, &claim.match_attribute) == Some(v))
+    };
+    if g_taken < claim.gpus {
+        for i in gi..gpus.len() {
+            if fits(gpus[i], chosen) {
+                chosen.push(gpus[i]);
+                search(driver, claim, gpus, nics, i + 1, ni, chosen, out);
+                chosen.pop();
+            }
+        }
+    } else {
+        for i in ni..nics.len() {
+            if fits(nics[i], chosen) {
+                chosen.push(nics[i]);
+                search(driver, claim, gpus, nics, gi, i + 1, chosen, out);
+                chosen.pop();
+            }
+        }
+    }
+}
 
 /// Every violation of the property on `p` (built from `topo` with
 /// `partitions`), in words; empty when it holds. Allocations are checked for

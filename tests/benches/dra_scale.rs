@@ -5,17 +5,19 @@
 //! one clique, and every clique is an allocation) on an 8-GPU node (target
 //! under a second). Prints figures; asserts nothing about time.
 //!
-//!     cargo bench -p p2p-shared --bench dra_scale
+//!     cargo bench -p p2p-tests --bench dra_scale
 //!
-//! The hosts are the chooser bench's (benches/common/hgx.rs). Runs:
-//! `VP2P_BENCH_RUNS` (default 50).
+//! It runs from the tests crate because the property's allocator model lives
+//! there (tests/src/dra_model.rs). The hosts are p2p-shared's chooser bench's
+//! (shared/benches/common/hgx.rs). Runs: `VP2P_BENCH_RUNS` (default 50).
 
 use std::time::{Duration, Instant};
 
-use p2p_shared::dra::{build_slices, verify_cliques, SliceOptions, DEFAULT_DRIVER};
+use p2p_shared::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
 use p2p_shared::GpuSelector;
+use p2p_tests::dra_model::verify_cliques;
 
-#[path = "common/hgx.rs"]
+#[path = "../../shared/benches/common/hgx.rs"]
 mod hgx;
 
 fn median_worst(mut times: Vec<Duration>) -> (Duration, Duration) {
