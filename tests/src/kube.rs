@@ -15,11 +15,15 @@ use crate::{repo_root, target_dir};
 
 /// The `kube-peers` binary, built from tests/kube when it is missing or
 /// older than a file of that module (scripts/setup.sh builds it first, so
-/// this only rebuilds after the Go code changed).
+/// this only rebuilds after the Go code changed); `VP2P_KUBE_PEERS` names
+/// another build to use as it is.
 pub fn kube_peers() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            if let Some(p) = std::env::var_os("VP2P_KUBE_PEERS") {
+                return PathBuf::from(p);
+            }
             let bin = target_dir().join("kube-peers/kube-peers");
             let newest = newest_source(&repo_root().join("tests/kube"));
             let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
@@ -261,7 +265,12 @@ impl ControlPlane {
         ]);
         // Admission taints a new node not-ready until the node lifecycle
         // controller sees its kubelet; neither runs here.
-        self.kubectl(&["taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"]);
+        self.kubectl(&[
+            "taint",
+            "node",
+            name,
+            "node.kubernetes.io/not-ready:NoSchedule-",
+        ]);
     }
 
     /// A token the API server issues (TokenRequest) for ServiceAccount
@@ -363,4 +372,25 @@ impl Drop for ControlPlane {
             let _ = c.wait();
         }
     }
+}
+
+/// The `yaml` blocks of docs/kubevirt.md's DRA section (`## DRA` to the next
+/// `## `), as the page shows them.
+pub fn docs_dra_yaml_blocks() -> Vec<String> {
+    let page =
+        std::fs::read_to_string(repo_root().join("docs/kubevirt.md")).expect("docs/kubevirt.md");
+    let start = page
+        .find("\n## DRA")
+        .expect("docs/kubevirt.md has a DRA section");
+    let section = &page[start + 1..];
+    let section = match section[3..].find("\n## ") {
+        Some(end) => &section[..end + 3],
+        None => section,
+    };
+    section
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .map(str::to_string)
+        .collect()
 }

@@ -14,6 +14,8 @@ pub mod dra_node;
 pub mod e2e;
 pub mod emitted;
 pub mod grpc_wire;
+pub mod kube;
+pub mod kube_node;
 pub mod kubelet;
 pub mod kubernetes_validate;
 pub mod libvirt;

@@ -91,20 +91,7 @@ fn kubevirt_page_names_the_device_plugins_options_as_its_help_does() {
 /// 1.34's and 1.37's schemas, strict, as written in the page.
 #[test]
 fn kubevirt_page_dra_manifests_are_the_shipped_ones_and_pass_the_schemas() {
-    let page = std::fs::read_to_string(repo_root().join("docs/kubevirt.md")).unwrap();
-    let start = page
-        .find("\n## DRA")
-        .expect("docs/kubevirt.md has a DRA section");
-    let section = &page[start + 1..];
-    let section = match section[3..].find("\n## ") {
-        Some(end) => &section[..end + 3],
-        None => section,
-    };
-    let blocks: Vec<&str> = section
-        .split("```yaml\n")
-        .skip(1)
-        .map(|b| b.split("```").next().unwrap())
-        .collect();
+    let blocks = p2p_tests::kube::docs_dra_yaml_blocks();
     assert!(
         blocks.len() >= 2,
         "{} yaml blocks in the DRA section",
