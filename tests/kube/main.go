@@ -7,7 +7,8 @@
 //	kube-peers up DIR | down DIR            the control plane in the background
 //	kube-peers control-plane DIR [--watch-pid PID]
 //	                                        the same in the foreground
-//	kube-peers stop-component DIR NAME      stop one component (etcd kept) ...
+//	kube-peers stop-component DIR NAME [--kill]
+//	                                        stop one component (etcd kept) ...
 //	kube-peers start-component DIR NAME     ... and start it again
 //	kube-peers node-kubeconfig DIR NODE OUT a kubeconfig as system:node:NODE
 //	kube-peers kubectl ARGS...              kubectl (also as argv[0] "kubectl")
@@ -35,7 +36,7 @@ import (
 
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: kube-peers up DIR | down DIR | control-plane DIR [--watch-pid PID]
-       kube-peers stop-component DIR NAME | start-component DIR NAME
+       kube-peers stop-component DIR NAME [--kill] | start-component DIR NAME
        kube-peers node-kubeconfig DIR NODE OUT
        kube-peers kubectl ARGS...
        kube-peers kubelet-dra --help | device-manager --help`)
@@ -89,13 +90,15 @@ func main() {
 		if err := controlplane.Supervise(args[0], watch); err != nil {
 			fail(err)
 		}
-	case "stop-component", "start-component":
+	case "stop-component":
 		dirArg(2)
-		f := controlplane.StopComponent
-		if sub == "start-component" {
-			f = controlplane.StartComponent
+		kill := len(args) == 3 && args[2] == "--kill"
+		if err := controlplane.StopComponent(args[0], args[1], kill); err != nil {
+			fail(err)
 		}
-		if err := f(args[0], args[1]); err != nil {
+	case "start-component":
+		dirArg(2)
+		if err := controlplane.StartComponent(args[0], args[1]); err != nil {
 			fail(err)
 		}
 	case "node-kubeconfig":

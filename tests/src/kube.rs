@@ -317,21 +317,24 @@ impl ControlPlane {
         );
     }
 
-    /// Stops `component` (etcd and the rest stay up) until [`Self::start_component`].
-    pub fn stop_component(&self, component: &str) {
-        self.component("stop-component", component);
+    /// Stops `component` (etcd and the rest stay up) until
+    /// [`Self::start_component`]: gracefully (SIGTERM; the API server then
+    /// waits up to 60 s for its watches), or as a crash (SIGKILL) with `kill`.
+    pub fn stop_component(&self, component: &str, kill: bool) {
+        self.component("stop-component", component, kill);
     }
 
     /// Starts `component` again and waits until it is healthy.
     pub fn start_component(&self, component: &str) {
-        self.component("start-component", component);
+        self.component("start-component", component, false);
     }
 
-    fn component(&self, verb: &str, component: &str) {
+    fn component(&self, verb: &str, component: &str, kill: bool) {
         let out = Command::new(kube_peers())
             .arg(verb)
             .arg(&self.dir)
             .arg(component)
+            .args(kill.then_some("--kill"))
             .output()
             .expect("kube-peers runs");
         assert!(

@@ -290,7 +290,16 @@ fn eligible(topo: &Topology, opts: &SliceOptions) -> (Vec<(Bdf, DeviceKind)>, Ve
         let Some(kind) = kind_of(f) else {
             continue;
         };
-        let reason = if f.driver.as_deref() != Some("vfio-pci") && !opts.bind {
+        let reason = if f.bdf.domain > 0xffff {
+            // Kubernetes' pciBusID is `dddd:bb:dd.f`, four hex digits of
+            // domain (the format k8s.io/dynamic-resource-allocation's
+            // deviceattribute checks); the API server stores any string, so
+            // a consumer would be the first to fail on a longer one.
+            Some(format!(
+                "PCI domain {:x} is above ffff: Kubernetes' pciBusID (dddd:bb:dd.f) cannot name it",
+                f.bdf.domain
+            ))
+        } else if f.driver.as_deref() != Some("vfio-pci") && !opts.bind {
             Some(match &f.driver {
                 Some(d) => format!("bound to {d}, not vfio-pci (bind it, or publish with --bind: the driver binds at prepare)"),
                 None => "bound to no driver, not vfio-pci (bind it, or publish with --bind: the driver binds at prepare)".to_string(),

@@ -217,3 +217,60 @@ fn a_pool_past_128_devices_is_split_and_counts_its_slices() {
     assert!(p.slices[0].spec.devices.is_empty());
     assert_eq!(p.slices[0].spec.pool.resource_slice_count, 1);
 }
+
+/// A GPU on a PCI domain above 0xffff (a VMD domain, say) has no
+/// `pciBusID` in Kubernetes' `dddd:bb:dd.f`: it is left out, named, and the
+/// GPU on domain 0 is published as usual.
+#[test]
+fn a_gpu_on_a_pci_domain_above_ffff_is_left_out_with_the_reason() {
+    let mut t = Tree::new();
+    let hb = t.host_bridge(0, Some(0));
+    for domain in [0u32, 0x10000] {
+        let rp = Bdf {
+            domain,
+            bus: 0,
+            device: 1,
+            function: 0,
+        };
+        let ep = Bdf {
+            domain,
+            bus: 1,
+            device: 0,
+            function: 0,
+        };
+        t.add(
+            rp,
+            &hb,
+            None,
+            BRIDGE,
+            Some(PciePortType::RootPort),
+            Some(0),
+            None,
+            "pcieport",
+        );
+        t.add(
+            ep,
+            &hb,
+            Some(rp),
+            GPU,
+            Some(PciePortType::Endpoint),
+            Some(0),
+            None,
+            "vfio-pci",
+        );
+    }
+    let t = t.done();
+    let sel = GpuSelector::Nvidia;
+    let p = build_slices(&t, &SliceOptions::new("n", DEFAULT_DRIVER, &sel)).unwrap();
+    let names: Vec<&str> = p.devices().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["gpu-0000-01-00-0"]);
+    assert_eq!(p.left_out.len(), 1);
+    assert_eq!(p.left_out[0].bdf.to_string(), "10000:01:00.0");
+    assert!(
+        p.left_out[0]
+            .reason
+            .contains("PCI domain 10000 is above ffff"),
+        "{}",
+        p.left_out[0].reason
+    );
+}

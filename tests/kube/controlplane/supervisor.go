@@ -22,7 +22,7 @@ var ErrRunning = errors.New("already running")
 // How long a component may take to answer its health check.
 const startTimeout = 4 * time.Minute
 
-func readyPath(dir string) string { return filepath.Join(dir, "ready") }
+func readyPath(dir string) string   { return filepath.Join(dir, "ready") }
 func holdPath(dir, c string) string { return filepath.Join(dir, "hold-"+c) }
 
 // alive says whether pid is a live process.
@@ -209,7 +209,9 @@ func terminate(c *child) {
 	c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-	case <-time.After(15 * time.Second):
+	case <-time.After(5 * time.Second):
+		// The whole plane goes: an API server's wait for its watches
+		// (up to its 60 s request timeout) serves nobody.
 		c.cmd.Process.Kill()
 		<-c.done
 	}
@@ -291,8 +293,10 @@ func waitHealthy(ctx context.Context, dir string, st *State, c *child) error {
 }
 
 // StopComponent stops one component of the running control plane of DIR
-// and keeps it down (the others stay up) until [StartComponent].
-func StopComponent(dir, name string) error {
+// and keeps it down (the others stay up) until [StartComponent]: SIGTERM,
+// or SIGKILL when kill is set (a crash). A graceful API server waits for its
+// open watches up to its request timeout (60 s) before it exits.
+func StopComponent(dir, name string, kill bool) error {
 	st, ok := Running(dir)
 	if !ok {
 		return fmt.Errorf("%s: no control plane runs", dir)
@@ -304,8 +308,12 @@ func StopComponent(dir, name string) error {
 	if err := os.WriteFile(holdPath(dir, name), nil, 0o644); err != nil {
 		return err
 	}
-	syscall.Kill(pid, syscall.SIGTERM)
-	return waitFor(fmt.Sprintf("%s to stop", name), 30*time.Second, func() bool {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	syscall.Kill(pid, sig)
+	return waitFor(fmt.Sprintf("%s to stop", name), 90*time.Second, func() bool {
 		st, err := ReadState(dir)
 		return err == nil && st.Pids[name] == 0 && !alive(pid)
 	})
