@@ -17,11 +17,12 @@ root="$(cd "$here/.." && pwd)"
 
 [ $# -eq 2 ] || usage_from_header
 verb="$1" dir="$2"
-bin="${CARGO_TARGET_DIR:-$root/target}/kube-peers/kube-peers"
+# VP2P_KUBE_PEERS: another build of kube-peers, used as it is.
+bin="${VP2P_KUBE_PEERS:-${CARGO_TARGET_DIR:-$root/target}/kube-peers/kube-peers}"
 case "$verb" in
 up)
     # Built once; built again only when tests/kube changed since.
-    if [ ! -x "$bin" ] || [ -n "$(find "$root/tests/kube" -newer "$bin" \( -name '*.go' -o -name 'go.*' \) -print -quit)" ]; then
+    if [ -z "${VP2P_KUBE_PEERS:-}" ] && { [ ! -x "$bin" ] || [ -n "$(find "$root/tests/kube" -newer "$bin" \( -name '*.go' -o -name 'go.*' \) -print -quit)" ]; }; then
         bash "$here/build-kube-peers.sh"
     fi
     "$bin" up "$dir"
