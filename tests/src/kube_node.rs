@@ -89,6 +89,17 @@ impl SimNode {
     /// `kube-system/vp2p-dra-driver` with a token bound to the Node; waits
     /// until the API server holds the node's slices.
     pub fn start(cp: &ControlPlane, name: &str, fixture: &str, rdma_nics: &[&str]) -> Self {
+        Self::start_with(cp, name, fixture, rdma_nics, &[])
+    }
+
+    /// [`Self::start`] with more of the driver's options.
+    pub fn start_with(
+        cp: &ControlPlane,
+        name: &str,
+        fixture: &str,
+        rdma_nics: &[&str],
+        extra: &[&str],
+    ) -> Self {
         let tmp = tempfile::tempdir().expect("a temporary directory");
         let tree = vfio_tree(fixture, tmp.path(), rdma_nics);
         cp.add_node(name, &[("vp2p.io/gpu-passthrough", "true")]);
@@ -106,7 +117,7 @@ impl SimNode {
             driver: None,
             _tmp: tmp,
         };
-        node.start_driver(&[]);
+        node.start_driver(extra);
         node.wait_published(cp);
         node
     }
@@ -124,7 +135,11 @@ impl SimNode {
                 "--gpu-class",
                 "0108",
             ])
-            .args(["--resync-ms", "1000"])
+            .args(if extra.contains(&"--resync-ms") {
+                &[][..]
+            } else {
+                &["--resync-ms", "1000"][..]
+            })
             .arg("--sysfs-root")
             .arg(&self.tree)
             .arg("--kubelet-root")
@@ -142,6 +157,30 @@ impl SimNode {
             .spawn()
             .expect("p2p-host dra driver starts");
         self.driver = Some(child);
+    }
+
+    /// Sends the driver SIGTERM and waits for it to exit; its exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut c = self.driver.take()?;
+        // SAFETY: kill(2) on the pid of a child this process started and has not reaped.
+        let r = unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        assert_eq!(r, 0, "SIGTERM to the driver");
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(s) = c.try_wait().expect("waiting for the driver") {
+                return s.code();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the driver stops on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The directory of the node's own files (the tree's parent).
+    pub fn dir(&self) -> &Path {
+        self._tmp.path()
     }
 
     /// Stops the driver (SIGKILL: nothing of a graceful stop).
