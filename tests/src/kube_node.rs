@@ -207,16 +207,23 @@ impl SimNode {
         list["items"].as_array().cloned().unwrap_or_default()
     }
 
-    /// Waits until the node's slices are on the API server.
+    /// Waits until the node's slices are on the API server; the driver's
+    /// log (an API error, a refusal of the shipped RBAC) when they are not.
     pub fn wait_published(&self, cp: &ControlPlane) -> Vec<Value> {
-        cp.wait_for(
-            &format!("node {}'s slices published", self.name),
-            Duration::from_secs(60),
-            || {
-                let s = self.slices(cp);
-                (!s.is_empty()).then_some(s)
-            },
-        )
+        let start = std::time::Instant::now();
+        loop {
+            let s = self.slices(cp);
+            if !s.is_empty() {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "node {}'s slices not published within 60 s; the driver said:\n{}",
+                self.name,
+                self.driver_log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// What `p2p-host dra slices --json` prints for this node's tree.
