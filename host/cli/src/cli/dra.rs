@@ -22,6 +22,13 @@ pub struct DraArgs {
     command: DraCommand,
 }
 
+impl DraArgs {
+    /// Whether this is the long-running driver (not `slices`).
+    pub fn is_server(&self) -> bool {
+        matches!(self.command, DraCommand::Driver(_))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum DraCommand {
     /// Print the ResourceSlices the DRA driver would publish for this node:

@@ -83,11 +83,14 @@ enum Command {
 }
 
 impl Cli {
-    /// Whether the command is the long-running vfio-user server.
+    /// Whether the command is a long-running server (vfio-user, device
+    /// plugin, plugin hook, DRA driver): a peer that hangs up must not end it
+    /// with SIGPIPE.
     pub fn is_server(&self) -> bool {
         match &self.command {
             Command::Serve(_) | Command::DevicePlugin(_) => true,
             Command::Kubevirt(k) => k.is_server(),
+            Command::Dra(d) => d.is_server(),
             _ => false,
         }
     }
@@ -117,4 +120,27 @@ fn write_picture(path: &std::path::Path, svg: &str) -> anyhow::Result<()> {
     std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("wrote {} ({} bytes)", path.display(), svg.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::Parser;
+
+    /// Every long-running command keeps SIGPIPE ignored: the kubelet's plugin
+    /// watcher closes its connection right after NotifyRegistrationStatus,
+    /// and the next write on it would otherwise end the DRA driver.
+    #[test]
+    fn the_long_running_commands_are_servers_and_the_one_shot_ones_are_not() {
+        let server = |args: &[&str]| {
+            let mut v = vec!["p2p-host"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v).expect("parses").is_server()
+        };
+        assert!(server(&["dra", "driver", "--node-name", "n"]));
+        assert!(server(&["device-plugin", "--resource", "vp2p.io/gpu"]));
+        assert!(server(&["kubevirt", "plugin-hook"]));
+        assert!(!server(&["dra", "slices", "--node-name", "n"]));
+        assert!(!server(&["topo"]));
+    }
 }
