@@ -245,3 +245,35 @@ fn a_pci_uevent_is_published_at_once() {
     assert_eq!(node.slices(cp)[0]["spec"]["pool"]["generation"], 2);
     assert_eq!(node.terminate(), Some(0));
 }
+
+/// The kubelet's DRA manager deletes a node's slices when it starts
+/// (k8s.io/kubernetes v1.37.2 pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go,
+/// `wipeResourceSlices`), and an admin may edit one: at its next check (every
+/// second here) the driver finds the API server no longer holds what it
+/// published and publishes it again, at a new generation.
+#[test]
+fn slices_deleted_or_edited_from_outside_are_published_again() {
+    let cp = setup();
+    let mut node = SimNode::start(cp, "api-d", NESTED, &[]);
+    let s = generation(cp, &node, 1);
+    let name = s["metadata"]["name"].as_str().unwrap().to_string();
+    let want = s["spec"]["devices"].clone();
+    cp.kubectl(&["delete", "resourceslice", &name]);
+    let back = generation(cp, &node, 2);
+    assert_eq!(back["spec"]["devices"], want, "the same devices again");
+    // An edit that drops a device from the slice.
+    cp.kubectl(&[
+        "patch",
+        "resourceslice",
+        &name,
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/devices/2"}]"#,
+    ]);
+    let back = generation(cp, &node, 3);
+    assert_eq!(back["spec"]["devices"], want, "the dropped device is back");
+    assert!(node
+        .driver_log()
+        .contains("no longer holds the published slices"));
+    assert_eq!(node.terminate(), Some(0));
+}

@@ -124,6 +124,49 @@ impl ApiServer {
             .collect())
     }
 
+    /// Whether the API server holds exactly `slices` for the driver on
+    /// `node` (the same names, each with the same spec but its pool
+    /// generation): false when one was deleted (as the kubelet's DRA manager
+    /// does with a node's slices when it starts) or edited from outside.
+    pub async fn holds(
+        &self,
+        node: &str,
+        driver: &str,
+        slices: &[ResourceSlice],
+    ) -> Result<bool, ApiError> {
+        let published = self.published(node, driver).await?;
+        if published.len() != slices.len() {
+            return Ok(false);
+        }
+        let spec = |v: serde_json::Value| {
+            let mut spec = v.get("spec").cloned().unwrap_or_default();
+            if let Some(pool) = spec.get_mut("pool").and_then(|p| p.as_object_mut()) {
+                pool.remove("generation");
+            }
+            spec
+        };
+        for ours in slices {
+            let name = &ours.metadata.name;
+            let want: k8s::ResourceSlice = convert(&format!("ResourceSlice {name}"), ours)?;
+            let Some(theirs) = published
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+            else {
+                return Ok(false);
+            };
+            let as_json = |s: &k8s::ResourceSlice| {
+                serde_json::to_value(s).map_err(|source| ApiError::Convert {
+                    what: format!("ResourceSlice {name}"),
+                    source,
+                })
+            };
+            if spec(as_json(&want)?) != spec(as_json(theirs)?) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// The highest pool generation of the driver's slices of `node` (0: none).
     pub async fn generation(&self, node: &str, driver: &str) -> Result<i64, ApiError> {
         Ok(self

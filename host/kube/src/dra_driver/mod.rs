@@ -156,6 +156,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DriverError> {
     use crate::grpc::kubelet_pluginregistration_v1 as reg;
+    use crate::grpc::uds_authority;
     use crate::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1};
     let driver = Arc::new(Driver::new(settings.clone(), claims).map_err(DriverError::Setup)?);
     let recorded = driver.recorded();
@@ -190,7 +191,17 @@ pub async fn serve(
                 log: settings.log,
             },
         ))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(registration), stopped(stop_rx));
+        // The kubelet's plugin watcher dials this socket by its path, and
+        // its `:authority` (the path percent-encoded) passes h2 only through
+        // the shim.
+        .serve_with_incoming_shutdown(
+            uds_authority::incoming(
+                registration,
+                settings.registration_socket.clone(),
+                settings.log,
+            ),
+            stopped(stop_rx),
+        );
     (settings.log)(&format!(
         "{} on node {}: DRA socket {}, registration socket {}",
         settings.driver_name,
@@ -271,7 +282,8 @@ const SETTLE: Duration = Duration::from_millis(200);
 
 /// Publishes the node's slices whenever its devices differ from those last
 /// published (a GPU bound, unbound, appeared or gone: a new pool
-/// generation), checking every `resync` and at once when `wake` is notified
+/// generation) or the API server no longer holds them as published,
+/// checking every `resync` and at once when `wake` is notified
 /// (a kernel uevent of a PCI function), until `stop`; an API server that
 /// fails is retried at the next check.
 async fn publish_loop(
@@ -300,7 +312,22 @@ async fn publish_loop(
         match tokio::task::spawn_blocking(move || build(&s, next)).await {
             Ok(Ok((_, publication))) => {
                 let devices: Vec<_> = publication.devices().cloned().collect();
-                if last.as_ref() != Some(&devices) {
+                let changed = last.as_ref() != Some(&devices);
+                // Unchanged devices, but gone from the API server (the
+                // kubelet's DRA manager deletes a node's slices when it
+                // starts) or edited there: published again.
+                let lost = !changed
+                    && match api.holds(&node, &driver, &publication.slices).await {
+                        Ok(held) => !held,
+                        Err(e) => {
+                            log(&format!("reading the published slices: {e}"));
+                            false
+                        }
+                    };
+                if lost {
+                    log("the API server no longer holds the published slices: publishing again");
+                }
+                if changed || lost {
                     // The generation advances only once published: a retry
                     // after a failure publishes the same one.
                     match api.publish(&node, &driver, &publication.slices).await {
