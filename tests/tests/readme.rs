@@ -17,3 +17,31 @@ fn readme_console_blocks_run_verbatim() {
         .register_bin("p2p-guest", binary("p2p-guest"))
         .case(readme);
 }
+
+/// The README stays a front door: under 300 lines, the rest in docs/.
+#[test]
+fn readme_format_is_under_300_lines() {
+    let text = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let n = text.lines().count();
+    assert!(n < 300, "README.md has {n} lines; move detail to docs/");
+}
+
+/// Every relative link of the README names a file of the repository.
+#[test]
+fn readme_format_links_name_files_that_exist() {
+    let text = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    for part in text.split("](").skip(1) {
+        let target = part.split(')').next().unwrap();
+        if target.starts_with("http") {
+            continue;
+        }
+        let path = target.split('#').next().unwrap();
+        if path.is_empty() {
+            continue;
+        }
+        assert!(
+            repo_root().join(path).exists(),
+            "README.md links to {target}, which does not exist"
+        );
+    }
+}
