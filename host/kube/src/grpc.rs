@@ -3,9 +3,12 @@
 //! cites the published API its facts come from: messages (prost), a client
 //! and a server per service (tonic). The device plugin and the KubeVirt plugin
 //! hook use them through their `api` modules; tests and fuzz targets reach
-//! the same code here.
+//! the same code here. [`uds_authority`] is the shim that lets the kubelet's
+//! plugin watcher, which dials a socket by its bare path, reach a server.
 
 use std::path::{Path, PathBuf};
+
+pub mod uds_authority;
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
