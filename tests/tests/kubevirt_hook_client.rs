@@ -1,0 +1,607 @@
+//! vp2p's KubeVirt hooks called by KubeVirt v1.9.0's own client code, not a
+//! stand-in: `kubevirt-hook-client` (tests/kubevirt, Go, built against
+//! kubevirt.io/kubevirt v1.9.0) runs virt-launcher's plugin pipeline
+//! (`plugins.ApplyDomainHooks`, pkg/virt-launcher/virtwrap/plugins/) against
+//! `p2p-host kubevirt plugin-hook`, and virt-launcher's hook manager
+//! (`hooks.Manager`, pkg/hooks/manager.go) against KubeVirt's own
+//! sidecar-shim (cmd/sidecars) running host/kubevirt/onDefineDomain. It reads
+//! the domain into virt-launcher's DomainSpec and the VMI into KubeVirt's
+//! type, and reports the domain the hook got ("sent"), the one virt-launcher
+//! would define ("defined"), the DomainSpec virt-launcher keeps for its next
+//! define ("spec") and the error virt-launcher would see. KubeVirt's client
+//! insists on its fixed paths (/var/run/kubevirt-plugin/<plugin>/,
+//! /var/run/kubevirt-hooks/); the client binds the test's sockets there in a
+//! mount namespace of its own (root, or unprivileged user namespaces).
+//!
+//! Same inputs and expectations as kubevirt_plugin_hook.rs (the plugin) and
+//! kubevirt_hook.rs (the sidecar): the captured two-socket tree, whose
+//! "GPUs" are NVMe functions; at PHB boot.sh's cliques, 23:00.0 and 24:00.0
+//! clique 0, 41:00.0 clique 1, 83:00.0 clique 2.
+
+// The module is tests/src/kubevirt_client.rs, included here so that this
+// test builds whether or not tests/src/lib.rs declares it; its `crate::`
+// paths find these two.
+#[path = "../src/kubevirt_client.rs"]
+#[allow(dead_code)]
+mod kubevirt_client;
+use p2p_tests::{repo_root, target_dir};
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kubevirt_client::kubevirt_hook_client;
+use p2p_tests::libvirt::{validate, DomainView};
+use p2p_tests::{binary, fixture_dir};
+
+const TREE: &str = "qemu-11.1-two-socket-iommu-on";
+
+/// The `<metadata>` virt-launcher's DomainSpec always writes (empty here:
+/// the domain was read from a file, not made by virt-launcher's converter).
+const METADATA: &str =
+    "  <metadata><kubevirt xmlns=\"http://kubevirt.io\"><uid></uid></kubevirt></metadata>\n";
+
+fn plugin_domain() -> String {
+    std::fs::read_to_string(repo_root().join("tests/fixtures/domains/kubevirt-1.9-plugin-hook.xml"))
+        .unwrap()
+}
+
+fn sidecar_domain() -> String {
+    std::fs::read_to_string(repo_root().join("tests/fixtures/domains/kubevirt-virt-launcher.xml"))
+        .unwrap()
+}
+
+/// The VMI of kubevirt_plugin_hook.rs, with `annotations` added.
+fn vmi(annotations: &[(&str, &str)]) -> String {
+    let mut ann = serde_json::json!({
+        "kubevirt.io/latest-observed-api-version": "v1",
+        "vp2p.io/gpu-class": "0108",
+    });
+    for (k, v) in annotations {
+        ann[*k] = serde_json::Value::String(v.to_string());
+    }
+    serde_json::json!({
+        "kind": "VirtualMachineInstance",
+        "apiVersion": "kubevirt.io/v1",
+        "metadata": {"name": "train-01", "namespace": "gpu-jobs", "annotations": ann,
+                     "uid": "0c5e1f7a-3b2d-4e8f-9a61-7d4c2b8e5f13"},
+        "spec": {"domain": {"devices": {"gpus": [
+            {"name": "gpu1", "deviceName": "nvidia.com/GH100_H200"},
+            {"name": "gpu2", "deviceName": "nvidia.com/GH100_H200"},
+            {"name": "gpu3", "deviceName": "nvidia.com/GH100_H200"},
+            {"name": "gpu4", "deviceName": "nvidia.com/GH100_H200"}]}}},
+        "status": {"phase": "Scheduled", "nodeName": "gpu-node-07"}
+    })
+    .to_string()
+}
+
+fn hand(v: &[(&str, u8)]) -> Vec<(String, u8)> {
+    v.iter().map(|(b, c)| (b.to_string(), *c)).collect()
+}
+
+fn boot_sh_cliques() -> Vec<(String, u8)> {
+    hand(&[
+        ("0000:23:00.0", 0),
+        ("0000:24:00.0", 0),
+        ("0000:41:00.0", 1),
+        ("0000:83:00.0", 2),
+    ])
+}
+
+fn cliques(xml: &str) -> Vec<(String, u8)> {
+    DomainView::parse(xml).cliques().into_iter().collect()
+}
+
+/// libvirt's schema is stricter than its parser on the empty `<bios>`,
+/// `<baseBoard>`, `<chassis>` virt-launcher writes, and on `type="pci"` on a
+/// hostdev's source address (Go's DomainSpec writes it): they go before
+/// validating.
+fn schema_form(xml: &str) -> String {
+    xml.lines()
+        .filter(|l| {
+            !matches!(
+                l.trim(),
+                "<bios></bios>" | "<baseBoard></baseBoard>" | "<chassis></chassis>"
+            )
+        })
+        .map(|l| {
+            if l.trim_start().starts_with("<address type=\"pci\" domain=")
+                && l.starts_with("\t\t\t\t")
+            {
+                l.replacen("<address type=\"pci\" ", "<address ", 1)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What `p2p-host kubevirt on-define-domain` (the sidecar path) prints.
+fn on_define_domain(vmi: &str, domain: &str) -> String {
+    let out = Command::new(binary("p2p-host"))
+        .args([
+            "kubevirt",
+            "on-define-domain",
+            "--vmi",
+            vmi,
+            "--domain",
+            domain,
+        ])
+        .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The domains seen by the cliques, controllers and fw_cfg entries.
+fn same_devices(a: &str, b: &str) {
+    let (a, b) = (DomainView::parse(a), DomainView::parse(b));
+    assert_eq!(a.hostdevs, b.hostdevs);
+    assert_eq!(a.controllers, b.controllers);
+    assert_eq!(a.properties, b.properties);
+    assert_eq!(a.fw_cfg, b.fw_cfg);
+}
+
+/// `p2p-host kubevirt plugin-hook`, stopped with SIGTERM by [`Hook::stop`].
+struct Hook {
+    child: Child,
+    socket: PathBuf,
+    log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Hook {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The hook under `dir` at kubevirt-plugin/vp2p/hook.sock, as in the pod.
+fn start_in(dir: &Path) -> Hook {
+    let socket = dir.join("kubevirt-plugin/vp2p/hook.sock");
+    let mut child = Command::new(binary("p2p-host"))
+        .args(["kubevirt", "plugin-hook", "--socket"])
+        .arg(&socket)
+        .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let (tx, log) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in err.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "no socket within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Hook { child, socket, log }
+}
+
+impl Hook {
+    /// SIGTERM; the exit status and everything logged.
+    fn stop(mut self) -> (Option<i32>, String) {
+        // SAFETY: kill(2) on the pid of a child we have not waited for yet.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let status = self.child.wait().unwrap();
+        let log: Vec<String> = self.log.try_iter().collect();
+        (status.code(), log.join("\n"))
+    }
+}
+
+/// One call through KubeVirt's client: what it printed.
+#[derive(Debug)]
+struct Call {
+    code: Option<i32>,
+    sent: String,
+    defined: String,
+    spec: String,
+    error: String,
+    stderr: String,
+}
+
+fn client(dir: &Path, mode: &str, socket: &Path, domain: &str, vmi: &str, extra: &[&str]) -> Call {
+    let files = tempfile::tempdir_in(dir).unwrap();
+    let (d, v) = (
+        files.path().join("domain.xml"),
+        files.path().join("vmi.json"),
+    );
+    std::fs::write(&d, domain).unwrap();
+    std::fs::write(&v, vmi).unwrap();
+    let out = Command::new(kubevirt_hook_client())
+        .arg(mode)
+        .arg("--socket")
+        .arg(socket)
+        .arg("--domain")
+        .arg(&d)
+        .arg("--vmi")
+        .arg(&v)
+        .args(extra)
+        .output()
+        .expect("kubevirt-hook-client runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("kubevirt-hook-client printed no JSON ({e}):\n{stderr}"));
+    let s = |k: &str| j[k].as_str().unwrap().to_string();
+    Call {
+        code: out.status.code(),
+        sent: s("sent"),
+        defined: s("defined"),
+        spec: s("spec"),
+        error: s("error"),
+        stderr,
+    }
+}
+
+/// MutateDomain through virt-launcher's plugin pipeline on `hook`.
+fn plugin(hook: &Hook, domain: &str, vmi: &str, extra: &[&str]) -> Call {
+    let dir = hook
+        .socket
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap();
+    client(dir, "plugin", &hook.socket, domain, vmi, extra)
+}
+
+/// A Plugin manifest in `dir` (the fields of host/kubevirt/plugin-hook.yaml's).
+fn manifest(dir: &Path, condition: Option<&str>, failure: &str) -> String {
+    let p = dir.join(format!("plugin-{failure}.yaml"));
+    let cond = condition
+        .map(|c| format!("  condition: '{c}'\n"))
+        .unwrap_or_default();
+    std::fs::write(
+        &p,
+        format!(
+            "apiVersion: plugin.kubevirt.io/v1alpha1\nkind: Plugin\nmetadata:\n  name: vp2p\n\
+             spec:\n{cond}  failureStrategy: {failure}\n  domainHooks:\n    - sidecar:\n        \
+             socketPath: /var/run/kubevirt-plugin/vp2p/hook.sock\n      timeout: 30s\n"
+        ),
+    )
+    .unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn boot_through_virt_launchers_plugin_pipeline_defines_the_cliques() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = start_in(tmp.path());
+    let input = plugin_domain();
+    let c = plugin(&hook, &input, &vmi(&[]), &[]);
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    // The hook got the fixture: it is what 1.9.0's pipeline sends, but for
+    // the <metadata> virt-launcher always writes.
+    assert_eq!(c.sent.replacen(METADATA, "", 1), input);
+
+    let out = &c.defined;
+    validate(&schema_form(out)).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    assert_eq!(cliques(out), boot_sh_cliques());
+    let v = DomainView::parse(out);
+    assert_eq!(v.hostdevs["0000:41:00.0"].0, "ua-gpu-gpu3");
+    assert_eq!(
+        v.properties[&(
+            "ua-gpu-gpu3".to_string(),
+            "x-nv-gpudirect-clique".to_string()
+        )],
+        "1"
+    );
+    // Nothing else: virt-launcher defines the domain it sent with the
+    // override block before </domain> (libvirtxml writes it in a default
+    // namespace, not with vp2p's qemu: prefix) ...
+    let (head, tail) = out
+        .split_once("  <override xmlns=\"http://libvirt.org/schemas/domain/qemu/1.0\">\n")
+        .expect("override block");
+    assert_eq!(format!("{head}</domain>"), c.sent);
+    assert!(tail.ends_with("  </override>\n</domain>"), "{tail}");
+    // ... with the devices the sidecar path gives the same domain.
+    same_devices(out, &on_define_domain(&vmi(&[]), &c.sent));
+
+    // virt-launcher keeps a DomainSpec without the override (KubeVirt's
+    // DomainSpec has no field for it) and defines again from it (q35
+    // hotplug ports): the hook runs again and the same domain is defined.
+    assert!(!c.spec.contains("override"), "{}", c.spec);
+    let again = plugin(&hook, &c.spec, &vmi(&[]), &[]);
+    assert_eq!(again.error, "");
+    assert_eq!(again.defined, c.defined);
+
+    let (code, log) = hook.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("gpu-jobs/train-01: gpu-jobs_train-01: 4 GPU(s), 3 clique(s), max level PHB: 5 change(s)")
+            && log.contains("gpu-jobs/train-01:   declared xmlns:qemu"),
+        "{log}"
+    );
+}
+
+#[test]
+fn the_mirrored_tree_and_the_nccl_file_come_through_the_pipeline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = start_in(tmp.path());
+    let input = plugin_domain();
+    let mirror = vmi(&[("vp2p.io/guest-topology", "mirror")]);
+    let c = plugin(&hook, &input, &mirror, &[]);
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    let m = &c.defined;
+    validate(&schema_form(m)).unwrap_or_else(|e| panic!("{e}\n{m}"));
+    assert_eq!(cliques(m), boot_sh_cliques());
+    let w = DomainView::parse(m);
+    assert_eq!(w.chain("0000:23:00.0").1, Some(0));
+    assert_eq!(
+        w.chain("0000:41:00.0").0,
+        vec!["pcie-root-port", "pcie-expander-bus"]
+    );
+    assert_eq!(w.chain("0000:83:00.0").1, Some(1));
+    let (file, text) = &w.fw_cfg["opt/vp2p/nccl-topo.xml"];
+    assert!(file.is_none() && text.starts_with("<system version=\"1\">"));
+    same_devices(m, &on_define_domain(&mirror, &c.sent));
+    assert!(m.contains("<sysinfo type=\"smbios\">"));
+
+    // Finding: KubeVirt's DomainSpec holds one <sysinfo>, so the one it
+    // keeps merges the SMBIOS block into the fw_cfg one (type fwcfg, the
+    // SMBIOS entries, no fw_cfg entry) ...
+    assert_eq!(c.spec.matches("<sysinfo").count(), 1, "{}", c.spec);
+    assert!(c.spec.contains("<sysinfo type=\"fwcfg\">") && !c.spec.contains("nccl-topo"));
+    // ... and a define from it (q35 hotplug ports) gets the cliques, the
+    // mirrored tree and the NCCL file again, but no SMBIOS sysinfo while
+    // <os> still asks for <smbios mode="sysinfo">.
+    let again = plugin(&hook, &c.spec, &mirror, &[]);
+    assert_eq!(again.error, "");
+    assert_eq!(cliques(&again.defined), boot_sh_cliques());
+    let a = DomainView::parse(&again.defined);
+    assert_eq!((a.controllers, a.fw_cfg), (w.controllers, w.fw_cfg));
+    assert!(!again.defined.contains("<sysinfo type=\"smbios\">"));
+    assert!(again.defined.contains("<smbios mode=\"sysinfo\"></smbios>"));
+    drop(hook);
+}
+
+#[test]
+fn planning_errors_reach_virt_launcher_as_the_plugin_and_the_vmi_ask() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = start_in(tmp.path());
+    let input = plugin_domain();
+    let fail = vmi(&[("vp2p.io/max-level", "rack"), ("vp2p.io/on-error", "fail")]);
+
+    // on-error fail with failureStrategy Fail: the define fails with the reason.
+    let c = plugin(&hook, &input, &fail, &[]);
+    assert_eq!(c.code, Some(2), "{}", c.stderr);
+    assert_eq!(
+        c.error,
+        "plugin vp2p hook 0 failed: MutateDomain RPC to vp2p failed with FailedPrecondition: \
+         vp2p.io/on-error is fail: the VM is not defined: annotation vp2p.io/max-level: \
+         'rack' is not one of pix | pxb | phb | node | sys (default phb)"
+    );
+    assert_eq!(c.defined, "");
+    // With failureStrategy Ignore virt-launcher defines the domain unpatched.
+    let ignore = manifest(tmp.path(), None, "Ignore");
+    let c = plugin(&hook, &input, &fail, &["--plugin", &ignore]);
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    assert_eq!(c.defined, c.sent);
+    // Without on-error fail: unchanged, no error.
+    let c = plugin(&hook, &input, &vmi(&[("vp2p.io/max-level", "rack")]), &[]);
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    assert_eq!(c.defined, c.sent);
+
+    // A migration target's domain passes unchanged, whatever the VMI says.
+    for v in [vmi(&[]), fail] {
+        let c = plugin(&hook, &input, &v, &["--context", "MigrationTarget"]);
+        assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+        assert_eq!(c.defined, c.sent);
+    }
+    let (code, log) = hook.stop();
+    assert_eq!(code, Some(0));
+    assert!(
+        log.contains("MigrationTarget: the domain passes unchanged"),
+        "{log}"
+    );
+}
+
+/// The Plugin's condition in KubeVirt 1.9.0's domain-hook CEL (Go field
+/// names: `vmi.Annotations`, as KubeVirt's own tests write `vmi.Labels`):
+/// a VMI with a vp2p.io/ annotation gets the hook, one without is not sent
+/// to it.
+#[test]
+fn a_condition_in_kubevirts_domain_hook_cel_selects_the_vmis() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = start_in(tmp.path());
+    let input = plugin_domain();
+    let p = manifest(
+        tmp.path(),
+        Some("vmi.Annotations.exists(k, k.startsWith(\"vp2p.io/\"))"),
+        "Fail",
+    );
+    let c = plugin(&hook, &input, &vmi(&[]), &["--plugin", &p]);
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    assert_eq!(cliques(&c.defined), boot_sh_cliques());
+    let (_, log) = hook.stop();
+    assert!(log.contains("4 GPU(s), 3 clique(s)"), "{log}");
+
+    let hook = start_in(tmp.path());
+    let none: serde_json::Value = {
+        let mut v: serde_json::Value = serde_json::from_str(&vmi(&[])).unwrap();
+        v["metadata"]["annotations"] =
+            serde_json::json!({"kubevirt.io/latest-observed-api-version": "v1"});
+        v
+    };
+    let c = plugin(&hook, &input, &none.to_string(), &["--plugin", &p]);
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    assert_eq!(c.defined, c.sent);
+    let (_, log) = hook.stop();
+    assert!(!log.contains("train-01"), "the hook was called:\n{log}");
+}
+
+/// host/kubevirt/plugin-hook.yaml's Plugin as written. Its condition uses
+/// JSON names (`vmi.metadata.annotations`), which KubeVirt 1.9.0's
+/// domain-hook CEL (pkg/virt-launcher/virtwrap/plugins/cel, ext.NativeTypes
+/// without json tags) does not know: virt-launcher fails every define
+/// ("condition evaluation failed: compiling expression: ERROR: <input>:1:8:
+/// undefined field 'metadata'"), and virt-api's Plugin admission
+/// (plugin-admitter.go) compiles it with the same evaluator and refuses the
+/// object.
+#[test]
+#[ignore = "host/kubevirt/plugin-hook.yaml's condition does not compile in KubeVirt 1.9.0's domain-hook CEL"]
+fn the_manifests_plugin_selects_a_vp2p_vmi() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hook = start_in(tmp.path());
+    let p = repo_root().join("host/kubevirt/plugin-hook.yaml");
+    let c = plugin(
+        &hook,
+        &plugin_domain(),
+        &vmi(&[]),
+        &["--plugin", p.to_str().unwrap()],
+    );
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    assert_eq!(cliques(&c.defined), boot_sh_cliques());
+}
+
+/// KubeVirt's sidecar-shim (cmd/sidecars) with host/kubevirt/onDefineDomain
+/// on its PATH, listening in `dir` (its /var/run/kubevirt-hooks).
+struct Shim {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Shim {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid of a child we have not waited for yet;
+        // the client passes SIGTERM on to the shim (its parent-death signal).
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn shim(dir: &Path) -> Shim {
+    std::fs::create_dir_all(dir).unwrap();
+    let client = kubevirt_hook_client();
+    let shim = client.with_file_name("sidecar-shim");
+    let path = std::env::join_paths(
+        [
+            repo_root().join("host/kubevirt"),
+            binary("p2p-host").parent().unwrap().to_path_buf(),
+        ]
+        .into_iter()
+        .chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .unwrap();
+    let mut s = Shim {
+        child: Command::new(&client)
+            .arg("shim")
+            .arg("--dir")
+            .arg(dir)
+            .arg("--")
+            .arg(&shim)
+            .args(["--version", "v1alpha3"])
+            .env("PATH", path)
+            .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        socket: PathBuf::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sock = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "sock"));
+        if let Some(socket) = sock {
+            s.socket = socket;
+            return s;
+        }
+        assert!(Instant::now() < deadline, "no shim socket within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The sidecar VMI of kubevirt_hook.rs: the plugin test's, asking for the sidecar.
+fn sidecar_vmi() -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&vmi(&[])).unwrap();
+    v["metadata"]["annotations"]["hooks.kubevirt.io/hookSidecars"] = serde_json::Value::String(
+        "[{\"args\":[\"--version\",\"v1alpha3\"],\"image\":\"registry.example/vp2p-sidecar:0.1\"}]"
+            .into(),
+    );
+    v.to_string()
+}
+
+#[test]
+fn the_sidecar_through_kubevirts_shim_and_hook_manager() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = shim(&tmp.path().join("hooks"));
+    let c = client(
+        tmp.path(),
+        "sidecar",
+        &s.socket,
+        &sidecar_domain(),
+        &sidecar_vmi(),
+        &[],
+    );
+    assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
+    // The hook manager sends Go's tab-indented DomainSpec with xmlns:qemu
+    // (virt-launcher's defaults declare it); the shim's answer is what
+    // onDefineDomain prints for it, and virt-launcher defines exactly that.
+    assert!(c.sent.starts_with(
+        "<domain type=\"kvm\" xmlns:qemu=\"http://libvirt.org/schemas/domain/qemu/1.0\">\n\t<name>"
+    ));
+    assert_eq!(c.defined, on_define_domain(&sidecar_vmi(), &c.sent));
+    let out = &c.defined;
+    validate(&schema_form(out)).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    assert_eq!(cliques(out), boot_sh_cliques());
+    assert_eq!(
+        DomainView::parse(out).hostdevs["0000:41:00.0"].0,
+        "ua-gpu-gpu3"
+    );
+}
+
+/// Finding: virt-launcher reads the sidecar's answer back into its
+/// DomainSpec (util.ApplySidecarHooks), which loses xmlns:qemu (encoding/xml
+/// does not fill DomainSpec.XmlNS), and defines again from it on q35
+/// (hotplug ports). The hook then gets a tab-indented domain without
+/// xmlns:qemu, and `p2p-host kubevirt on-define-domain` declares the
+/// namespace without the space before it (`<domain type="kvm"xmlns:qemu=`,
+/// host/src/vmm/libvirt/edits.rs `styled` re-indents the one-line snippet
+/// " xmlns:qemu=..." and drops its leading space when the indent is not two
+/// spaces): not XML, libvirt refuses it.
+#[test]
+#[ignore = "vp2p declares xmlns:qemu without a separating space in a tab-indented domain"]
+fn a_second_define_from_the_kept_spec_is_xml() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = shim(&tmp.path().join("hooks"));
+    let first = client(
+        tmp.path(),
+        "sidecar",
+        &s.socket,
+        &sidecar_domain(),
+        &sidecar_vmi(),
+        &[],
+    );
+    assert_eq!(first.error, "");
+    let again = client(
+        tmp.path(),
+        "sidecar",
+        &s.socket,
+        &first.spec,
+        &sidecar_vmi(),
+        &[],
+    );
+    assert_eq!(again.error, "");
+    assert!(again.sent.starts_with("<domain type=\"kvm\">\n\t<name>"));
+    roxmltree::Document::parse(&again.defined)
+        .unwrap_or_else(|e| panic!("{e}\n{}", &again.defined[..200]));
+    assert_eq!(cliques(&again.defined), boot_sh_cliques());
+}
