@@ -17,6 +17,8 @@
 #   kube-scheduler, kubectl and the kubelet's plugin clients from k8s.io/kubernetes
 #   v1.37, the Kubernetes tests' peers (scripts/build-kube-peers.sh; needs Go 1.26+
 #   and the Go module proxy; the modules are cached by the go client);
+# - kubevirt-hook-client (tests/kubevirt, Go): virt-launcher's own hook callers
+#   from kubevirt.io/kubevirt v1.9.0 (scripts/build-kubevirt-hook-client.sh);
 # - NVIDIA's NVRTC (the PyPI wheel nvidia-cuda-nvrtc 13.0.88, the version on the GPU
 #   VMs) under $VP2P_CACHE/nvrtc, so the CUDA kernels are compiled in CI without a GPU.
 # Prints the shell line that puts NVRTC on the loader path (scripts/test.sh uses it).
@@ -45,6 +47,7 @@ if [ ! -x "$kv/bin/kubernetes-validate" ] || ! "$kv/bin/kubernetes-validate" --v
 fi
 
 bash "$here/build-kube-peers.sh"
+bash "$here/build-kubevirt-hook-client.sh"
 
 nvrtc="$VP2P_CACHE/nvrtc"
 lib="$nvrtc/nvidia/cu13/lib"

@@ -16,6 +16,7 @@ pub mod emitted;
 pub mod grpc_wire;
 pub mod kube;
 pub mod kube_node;
+pub mod kubevirt_client;
 pub mod kubelet;
 pub mod kubernetes_validate;
 pub mod libvirt;

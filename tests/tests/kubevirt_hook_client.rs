@@ -18,22 +18,14 @@
 //! "GPUs" are NVMe functions; at PHB boot.sh's cliques, 23:00.0 and 24:00.0
 //! clique 0, 41:00.0 clique 1, 83:00.0 clique 2.
 
-// The module is tests/src/kubevirt_client.rs, included here so that this
-// test builds whether or not tests/src/lib.rs declares it; its `crate::`
-// paths find these two.
-#[path = "../src/kubevirt_client.rs"]
-#[allow(dead_code)]
-mod kubevirt_client;
-use p2p_tests::{repo_root, target_dir};
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubevirt_client::kubevirt_hook_client;
+use p2p_tests::kubevirt_client::kubevirt_hook_client;
 use p2p_tests::libvirt::{validate, DomainView};
-use p2p_tests::{binary, fixture_dir};
+use p2p_tests::{binary, fixture_dir, repo_root};
 
 const TREE: &str = "qemu-11.1-two-socket-iommu-on";
 
