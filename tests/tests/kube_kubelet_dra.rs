@@ -17,14 +17,11 @@
 //! pci0000:80, so no claim of two with `matchAttribute: cliquePhb` can take
 //! it.
 //!
-//! Finding (see [`the_kubelets_registration_dial_is_refused_today`]): the
-//! kubelet's plugin watcher dials a registration socket by its path, so
-//! grpc-go sends the percent-encoded path as `:authority`, which the
-//! driver's HTTP/2 server (tonic on h2) refuses as malformed with
-//! RST_STREAM(PROTOCOL_ERROR): no kubelet v1.37 can register the driver.
-//! The prepare test therefore runs kubelet-dra with
-//! `--uds-authority-localhost` (the same code, the registration socket
-//! dialed with `:authority` "localhost").
+//! The registration is the kubelet's own dial, unchanged: its plugin
+//! watcher dials the registration socket by its path, so grpc-go sends the
+//! percent-encoded path as `:authority`, which h2 alone refuses as malformed
+//! with RST_STREAM(PROTOCOL_ERROR); the driver's shim
+//! (host/kube/src/grpc/uds_authority.rs) replaces it with `localhost`.
 //!
 //! No container runtime or VFIO runs here: kubelet-dra runs in a mount
 //! namespace of its own whose `/dev` is the machine's with an overlay that
@@ -37,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use p2p_tests::kube::{kube_peers, ControlPlane};
 use p2p_tests::kubelet::vfio_tree;
@@ -223,16 +220,12 @@ fn check_fixture(tree: &Path) {
     }
 }
 
-/// Ignored while the driver dies of SIGPIPE once the kubelet's plugin
-/// watcher has registered it: the watcher closes its registration
-/// connection right after NotifyRegistrationStatus
-/// (operation_generator.go: `defer conn.Close()`), the driver's HTTP/2
-/// server then answers a PING on the closed socket, and writev(2) on a unix
-/// socket raises SIGPIPE, whose default disposition `p2p-host` restores for
-/// every command `Cli::is_server` (host/cli/src/cli/mod.rs) does not name,
-/// `dra driver` among them. Run it with `--ignored` once that is fixed.
+/// The driver registered by the kubelet's plugin manager as the kubelet
+/// dials it, a pod's claim of two peers prepared, injected and unprepared.
+/// The plugin watcher closes its registration connection right after
+/// NotifyRegistrationStatus (operation_generator.go: `defer conn.Close()`);
+/// the driver must outlive that (it once died of SIGPIPE there).
 #[test]
-#[ignore = "finding: p2p-host dra driver dies of SIGPIPE after the kubelet registers it (Cli::is_server leaves out `dra driver`)"]
 fn the_kubelet_prepares_two_peer_gpus_injects_them_and_unprepares() {
     let cp = ControlPlane::shared();
     let tmp = tempfile::tempdir().unwrap();
@@ -326,7 +319,6 @@ fn the_kubelet_prepares_two_peer_gpus_injects_them_and_unprepares() {
             "--cdi-dir",
             cdi.to_str().unwrap(),
             "--unprepare",
-            "--uds-authority-localhost",
             "--timeout",
             "90s",
         ],
@@ -365,6 +357,19 @@ fn the_kubelet_prepares_two_peer_gpus_injects_them_and_unprepares() {
     assert!(
         strs(&reg["versions"]).contains(&"v1.DRAPlugin".to_string()),
         "{reg}"
+    );
+    // By the kubelet's own dial (:authority the percent-encoded path),
+    // refused by no one.
+    let errors = out["kubelet_errors"].to_string();
+    assert!(!errors.contains("PROTOCOL_ERROR"), "{errors}");
+    assert!(
+        driver_log.contains(&format!("the kubelet registered {DRIVER}")),
+        "{driver_log}"
+    );
+    // grpc-go's frames all followed by the driver's shim.
+    assert!(
+        !driver_log.contains("closed a client's connection"),
+        "{driver_log}"
     );
     assert_eq!(out["pod"], format!("{ns}/vm"));
     assert_eq!(out["node"], node);
@@ -532,61 +537,6 @@ fn the_kubelet_prepares_two_peer_gpus_injects_them_and_unprepares() {
     assert!(
         left.iter().all(|n| !n.to_string_lossy().contains(&uid)),
         "CDI specs left: {left:?}"
-    );
-}
-
-/// The finding this file's prepare test works around: the kubelet's plugin
-/// watcher (pluginmanager/operationexecutor/operation_generator.go, dial)
-/// dials `grpc.DialContext(ctx, unixSocketPath, ...)`, so grpc-go sends the
-/// percent-encoded socket path as `:authority`, and the driver's HTTP/2
-/// server (h2, through tonic) refuses the GetInfo request with
-/// RST_STREAM(PROTOCOL_ERROR). When the driver accepts it, this test fails:
-/// then drop `--uds-authority-localhost` from the prepare test and turn this
-/// one into the check that registration succeeds.
-#[test]
-fn the_kubelets_registration_dial_is_refused_today() {
-    let cp = ControlPlane::shared();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let node = "node-b";
-    let (_driver, root) = node_with_driver(cp, node, dir);
-    let node_kc = dir.join("node.kubeconfig");
-    cp.node_kubeconfig(node, &node_kc);
-    let started = Instant::now();
-    let (code, stdout, stderr) = kubelet_dra(
-        dir,
-        &[],
-        &[
-            "--kubeconfig",
-            node_kc.to_str().unwrap(),
-            "--node",
-            node,
-            "--root",
-            root.to_str().unwrap(),
-            "--driver",
-            DRIVER,
-            "--pod",
-            "kdra-none/vm",
-            "--timeout",
-            "60s",
-        ],
-    );
-    assert_ne!(
-        code,
-        Some(0),
-        "the kubelet's own registration succeeded: the finding is fixed (see this test's doc)\n{stdout}"
-    );
-    let last = stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("GetInfo")
-            && last.contains("RST_STREAM with error code: PROTOCOL_ERROR")
-            && last.contains(DRIVER),
-        "another failure than the :authority refusal:\n{}",
-        tail(&stderr)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(50),
-        "not refused at once"
     );
 }
 

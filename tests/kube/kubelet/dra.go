@@ -37,16 +37,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 )
 
 const draUsage = `usage: kube-peers kubelet-dra --kubeconfig FILE --node NODE --root KUBELET_ROOT
            --driver NAME --pod NAMESPACE/NAME [--cdi-dir DIR] [--unprepare]
-           [--timeout 60s] [--v 2] [--uds-authority-localhost]
+           [--timeout 60s] [--v 2]
 
 Runs the kubelet's plugin manager on KUBELET_ROOT/plugins_registry with the
 DRA manager's handler (its state in KUBELET_ROOT, as the kubelet keeps it),
@@ -57,13 +59,6 @@ claims (NodePrepareResources), takes each container's CDI devices, with
 device metadata files among its mounts, with --unprepare unprepares the
 claims (NodeUnprepareResources), and prints one JSON object on stdout. The
 kubelet's log goes to stderr.
-
---uds-authority-localhost dials registration sockets with the gRPC
-:authority "localhost" instead of the percent-encoded socket path the
-kubelet sends (which HTTP/2 servers built on Rust's h2, as
-tonic's, refuse with PROTOCOL_ERROR); the rest is the kubelet's code
-unchanged. No kubelet does this: it stands in for a driver that accepts the
-kubelet's request.
 `
 
 // draArgs is what kubelet-dra was asked.
@@ -78,8 +73,6 @@ type draArgs struct {
 	unprepare  bool
 	timeout    time.Duration
 	verbosity  int
-	// Dial registration sockets with :authority localhost (see newPluginManager).
-	authorityLocalhost bool
 }
 
 func parseDRAArgs(args []string) (*draArgs, error) {
@@ -97,8 +90,6 @@ func parseDRAArgs(args []string) (*draArgs, error) {
 	fs.BoolVar(&a.unprepare, "unprepare", false, "unprepare the pod's claims at the end")
 	fs.DurationVar(&a.timeout, "timeout", 60*time.Second, "bound on the whole run")
 	fs.IntVar(&a.verbosity, "v", 2, "klog verbosity of the kubelet's code")
-	fs.BoolVar(&a.authorityLocalhost, "uds-authority-localhost", false,
-		"dial registration sockets with :authority localhost, not as the kubelet does")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -207,7 +198,7 @@ func runDRA(a *draArgs) (*draOutput, error) {
 	// The plugin manager, as the kubelet makes and runs it (kubelet.go).
 	regDir := filepath.Join(a.root, "plugins_registry")
 	handler := &draHandler{PluginHandler: pm}
-	pluginMgr := newPluginManager(regDir, a.authorityLocalhost)
+	pluginMgr := pluginmanager.NewPluginManager(regDir, &record.FakeRecorder{})
 	pluginMgr.AddHandler(pluginwatcherapi.DRAPlugin, handler)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -322,8 +313,7 @@ func waitRegistered(ctx context.Context, a *draArgs, pm *draplugin.DRAPluginMana
 	for {
 		if _, err := pm.GetPlugin(a.driver); err == nil {
 			if r := h.registered(a.driver); r != nil {
-				return &draRegistered{Driver: r.name, Endpoint: r.endpoint, Versions: r.versions,
-					AuthorityLocalhost: a.authorityLocalhost}, nil
+				return &draRegistered{Driver: r.name, Endpoint: r.endpoint, Versions: r.versions}, nil
 			}
 		}
 		if c := h.refused(a.driver); c != nil {
@@ -334,11 +324,9 @@ func waitRegistered(ctx context.Context, a *draArgs, pm *draplugin.DRAPluginMana
 		// request as malformed does not change with retries.
 		for _, e := range rec.strings() {
 			if strings.Contains(e, "GetInfo") && strings.Contains(e, "PROTOCOL_ERROR") {
-				msg := fmt.Sprintf("kubelet-dra: DRA driver %s: the kubelet's plugin watcher cannot get its plugin info: %s", a.driver, e)
-				if !a.authorityLocalhost {
-					msg += "; the kubelet dials the registration socket by its path, so its :authority is the percent-encoded path, which an HTTP/2 server built on Rust's h2 refuses as malformed (--uds-authority-localhost dials it with :authority localhost instead)"
-				}
-				return nil, errors.New(msg)
+				return nil, fmt.Errorf("kubelet-dra: DRA driver %s: the kubelet's plugin watcher cannot get its plugin info: %s; "+
+					"the kubelet dials the registration socket by its path, so its :authority is the percent-encoded path, "+
+					"which an HTTP/2 server built on Rust's h2 refuses as malformed unless something in front of it replaces it", a.driver, e)
 			}
 		}
 		select {

@@ -32,9 +32,6 @@ type draRegistered struct {
 	Driver   string   `json:"driver"`
 	Endpoint string   `json:"endpoint"`
 	Versions []string `json:"versions"`
-	// Registration dialed with :authority localhost
-	// (--uds-authority-localhost), not as the kubelet dials it.
-	AuthorityLocalhost bool `json:"authority_localhost"`
 }
 
 type draClaim struct {

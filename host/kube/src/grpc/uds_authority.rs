@@ -101,7 +101,9 @@ pub enum RewriteError {
         why: &'static str,
     },
     /// Another frame inside a header block (RFC 9113 §6.10).
-    #[error("a frame of type {kind:#x} on stream {stream} inside the header block of stream {open}")]
+    #[error(
+        "a frame of type {kind:#x} on stream {stream} inside the header block of stream {open}"
+    )]
     Interleaved {
         /// The frame's type.
         kind: u8,
@@ -551,10 +553,7 @@ mod tests {
         ])
     }
 
-    fn with_authority(
-        list: &[(Vec<u8>, Vec<u8>)],
-        authority: &str,
-    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+    fn with_authority(list: &[(Vec<u8>, Vec<u8>)], authority: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
         list.iter()
             .map(|(n, v)| {
                 let v = if n == b":authority" {
@@ -569,6 +568,19 @@ mod tests {
 
     fn encode(e: &mut Encoder<'static>, list: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
         e.encode(list.iter().map(|(n, v)| (&n[..], &v[..])))
+    }
+
+    /// The preface and `list` in stream 1's HEADERS frame, encoded by a
+    /// fresh encoder.
+    fn opening(list: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            1,
+            &encode(&mut Encoder::new(), list),
+        ));
+        input
     }
 
     const SETTINGS: u8 = 0x4;
@@ -642,7 +654,10 @@ mod tests {
                 (SETTINGS, 0x1, 0, vec![]),
             ]
         );
-        assert_eq!(lists, [(1, END_HEADERS, with_authority(&sent, "localhost"))]);
+        assert_eq!(
+            lists,
+            [(1, END_HEADERS, with_authority(&sent, "localhost"))]
+        );
         // Byte for byte around the header block.
         let settings_len = settings().len();
         assert_eq!(out[..24 + settings_len], input[..24 + settings_len]);
@@ -654,13 +669,7 @@ mod tests {
     fn valid_authorities_are_left_alone() {
         for authority in ["localhost", "example:80", "[::1]:50051", "gpu.vp2p.io"] {
             let sent = request(authority);
-            let mut input = PREFACE.to_vec();
-            input.extend(frame(
-                HEADERS,
-                END_HEADERS,
-                1,
-                &encode(&mut Encoder::new(), &sent),
-            ));
+            let input = opening(&sent);
             let (_, lists) = split(&run(&input).unwrap());
             assert_eq!(lists, [(1, END_HEADERS, sent)], "{authority}");
         }
@@ -757,11 +766,7 @@ mod tests {
         assert!(other.is_empty());
         assert_eq!(
             lists,
-            [(
-                5,
-                PRIORITY | END_STREAM,
-                with_authority(&sent, "localhost")
-            )]
+            [(5, PRIORITY | END_STREAM, with_authority(&sent, "localhost"))]
         );
     }
 
@@ -815,7 +820,10 @@ mod tests {
         let big = vec![0; MAX_BLOCK + 1];
         assert!(with(&[frame(HEADERS, END_HEADERS, 1, &big)]).contains("over"));
         let half = vec![0; MAX_BLOCK / 2 + 1];
-        let e = with(&[frame(HEADERS, 0, 1, &half), frame(CONTINUATION, 0, 1, &half)]);
+        let e = with(&[
+            frame(HEADERS, 0, 1, &half),
+            frame(CONTINUATION, 0, 1, &half),
+        ]);
         assert!(e.contains("over 1048576 bytes"), "{e}");
         // A small block that refers to a big entry again and again.
         let mut b = vec![0x40];
@@ -852,6 +860,75 @@ mod tests {
         assert!(!is_valid_authority(b""));
     }
 
+    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+    #[test]
+    fn connections_are_relayed_both_ways_and_a_refusal_is_logged_with_the_socket() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("reg.sock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = UnixListener::bind(&path).unwrap();
+            let mut accepted = Box::pin(incoming(listener, path.clone(), |m| {
+                LOGGED.lock().unwrap().push(m.to_string())
+            }));
+            // The server's side: reads to the end, answers, closes.
+            let server = async {
+                let mut end = accepted.next().await.unwrap().unwrap();
+                let mut got = Vec::new();
+                end.read_to_end(&mut got).await.unwrap();
+                end.write_all(b"the server's bytes").await.unwrap();
+                end.shutdown().await.unwrap();
+                drop(end);
+                (got, accepted)
+            };
+            let sent = request("%2Ftmp%2Fx.sock");
+            let mut input = opening(&sent);
+            input.extend(empty_message());
+            let client = async {
+                let mut c = UnixStream::connect(&path).await.unwrap();
+                c.write_all(&input).await.unwrap();
+                c.shutdown().await.unwrap();
+                let mut back = Vec::new();
+                c.read_to_end(&mut back).await.unwrap();
+                back
+            };
+            let ((got, mut accepted), back) = tokio::join!(server, client);
+            assert_eq!(back, b"the server's bytes");
+            let (other, lists) = split(&got);
+            assert_eq!(
+                lists,
+                [(1, END_HEADERS, with_authority(&sent, "localhost"))]
+            );
+            assert_eq!(other, [(DATA, END_STREAM, 1, vec![0; 5])]);
+
+            // A PUSH_PROMISE: the connection is closed, and logged.
+            let server = async { accepted.next().await.unwrap().unwrap() };
+            let client = async {
+                let mut c = UnixStream::connect(&path).await.unwrap();
+                let mut bad = PREFACE.to_vec();
+                bad.extend(frame(PUSH_PROMISE, END_HEADERS, 1, &[0, 0, 0, 2, 0x82]));
+                c.write_all(&bad).await.unwrap();
+                let mut back = Vec::new();
+                let _ = c.read_to_end(&mut back).await;
+                back
+            };
+            let (_end, back) = tokio::join!(server, client);
+            assert!(back.is_empty());
+        });
+        let logged = LOGGED.lock().unwrap().clone();
+        assert_eq!(
+            logged,
+            [format!(
+                "{}: closed a client's connection: a PUSH_PROMISE frame from the client",
+                path.display()
+            )]
+        );
+    }
+
     #[test]
     fn many_blocks_keep_both_contexts_in_step() {
         let mut e = Encoder::new();
@@ -859,7 +936,10 @@ mod tests {
         let mut want = Vec::new();
         for i in 0..200u32 {
             let mut list = request(if i % 2 == 0 { "%2Fa" } else { "localhost" });
-            list.push((format!("x-n{}", i % 7).into_bytes(), i.to_string().into_bytes()));
+            list.push((
+                format!("x-n{}", i % 7).into_bytes(),
+                i.to_string().into_bytes(),
+            ));
             let stream = 2 * i + 1;
             input.extend(frame(HEADERS, END_HEADERS, stream, &encode(&mut e, &list)));
             want.push((stream, END_HEADERS, with_authority(&list, "localhost")));
