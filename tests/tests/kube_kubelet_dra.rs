@@ -544,3 +544,101 @@ fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
+
+/// A claim the scheduler could never have made: allocated (by an admin
+/// writing its status) to 25:00.0, which the driver left out of its slices
+/// (IOMMU group 9 also holds 26:00.0). The kubelet's own NodePrepareResources
+/// call for it is refused by the driver naming the device; nothing is
+/// prepared, no CDI spec written.
+#[test]
+fn a_claim_naming_a_device_the_driver_left_out_is_refused_through_the_kubelet() {
+    let cp = ControlPlane::shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let node = "node-left-out";
+    let (_driver, root) = node_with_driver(cp, node, dir);
+    let left_out = device("0000:25:00.0");
+    let slices = cp.get_json(&[
+        "get",
+        "resourceslices",
+        "--field-selector",
+        &format!("spec.nodeName={node}"),
+    ]);
+    assert!(
+        !slices.to_string().contains(&left_out),
+        "25:00.0 is not published: {slices}"
+    );
+    let ns = "kdra-left-out";
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+         "metadata": {"name": "hand-made", "namespace": ns},
+         "spec": {"devices": {"requests": [
+             {"name": "gpu0", "exactly": {"deviceClassName": "vp2p-gpu"}}]}}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vm", "namespace": ns},
+         "spec": {
+             "nodeName": node,
+             "resourceClaims": [{"name": "peers", "resourceClaimName": "hand-made"}],
+             "containers": [{"name": "compute", "image": "registry.invalid/virt-launcher:0",
+                             "resources": {"claims": [{"name": "peers"}]}}]}}]});
+    cp.apply(&objects.to_string())
+        .expect("the claim and the pod");
+    let pod = cp.get_json(&["get", "pod", "vm", "-n", ns]);
+    let status = json!({"status": {
+        "allocation": {"devices": {"results": [
+            {"request": "gpu0", "driver": DRIVER, "pool": node, "device": left_out}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": "vm", "uid": pod["metadata"]["uid"]}]}});
+    cp.kubectl(&[
+        "patch",
+        "resourceclaim",
+        "hand-made",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+    let node_kc = dir.join("node.kubeconfig");
+    cp.node_kubeconfig(node, &node_kc);
+    let cdi = dir.join("cdi");
+    let (code, stdout, stderr) = kubelet_dra(
+        dir,
+        &[9],
+        &[
+            "--kubeconfig",
+            node_kc.to_str().unwrap(),
+            "--node",
+            node,
+            "--root",
+            root.to_str().unwrap(),
+            "--driver",
+            DRIVER,
+            "--pod",
+            &format!("{ns}/vm"),
+            "--cdi-dir",
+            cdi.to_str().unwrap(),
+            "--timeout",
+            "90s",
+        ],
+    );
+    eprintln!("kubelet-dra on the hand-made claim:\n{}", tail(&stderr));
+    assert_ne!(code, Some(0), "prepare must fail:\n{stdout}");
+    assert!(
+        stderr.contains(&left_out),
+        "the refusal names the device:\n{}",
+        tail(&stderr)
+    );
+    let checkpoint =
+        std::fs::read_to_string(root.join(format!("plugins/{DRIVER}/checkpoint.json")))
+            .unwrap_or_default();
+    assert!(
+        !checkpoint.contains(pod["metadata"]["uid"].as_str().unwrap())
+            && !checkpoint.contains(&left_out),
+        "nothing prepared: {checkpoint}"
+    );
+    let specs = std::fs::read_dir(&cdi).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(specs, 0, "no CDI spec written");
+}
