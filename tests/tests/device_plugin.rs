@@ -414,3 +414,56 @@ async fn a_megabyte_id_is_refused_with_a_bounded_quote() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().len() < 200, "{}", err.message().len());
 }
+
+/// A resource name the kubelet would refuse on every registration (not an
+/// extended resource name: here without a domain) stops the plugin at once,
+/// as clap's usage error (exit 2) naming the option, the rule and the reason,
+/// before anything is made in the kubelet's directory.
+#[test]
+fn a_resource_name_the_kubelet_refuses_stops_the_plugin_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = vfio_tree(dir.path());
+    let kubelet_dir = dir.path().join("device-plugins");
+    std::fs::create_dir(&kubelet_dir).unwrap();
+    let mut child = std::process::Command::new(p2p_tests::binary("p2p-host"))
+        .args([
+            "device-plugin",
+            "--resource",
+            "nvme",
+            "--selector",
+            "1b36:0010",
+        ])
+        .arg("--kubelet-dir")
+        .arg(&kubelet_dir)
+        .arg("--sysfs-root")
+        .arg(&tree)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the plugin still runs after 10 s with --resource nvme");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "invalid value 'nvme' for '--resource <NAME>': \"nvme\" is not an extended resource \
+             name, which the kubelet requires to register a device plugin \
+             (IsExtendedResourceName): no domain: want DOMAIN/NAME, e.g. vp2p.io/gpu (a name \
+             without one is Kubernetes' own)"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&kubelet_dir).unwrap().count(), 0);
+}

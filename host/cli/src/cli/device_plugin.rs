@@ -12,8 +12,10 @@ use p2p_host_kube::device_plugin::{self, api, Config, Selector};
 #[derive(Debug, Args)]
 pub struct DevicePluginArgs {
     /// The extended resource to offer, e.g. nvidia.com/GH100_H100_SXM5_80GB
-    /// (KubeVirt's permittedHostDevices resourceName).
-    #[arg(long, value_name = "NAME")]
+    /// (KubeVirt's permittedHostDevices resourceName). The kubelet registers
+    /// only an extended resource name, DOMAIN/NAME outside kubernetes.io/:
+    /// another is refused here.
+    #[arg(long, value_name = "NAME", value_parser = parse_resource)]
     resource: String,
     /// Offer the functions of this vendor and device ID (hex, e.g. 10DE:2330);
     /// by default NVIDIA display functions. Only those bound to vfio-pci.
@@ -42,6 +44,13 @@ pub struct DevicePluginArgs {
     /// Milliseconds between health and kubelet.sock checks.
     #[arg(long, value_name = "MS", default_value_t = 1000, hide = true)]
     poll_ms: u64,
+}
+
+/// `--resource`: refused at once, as the kubelet would refuse it on every
+/// registration.
+fn parse_resource(s: &str) -> Result<String, device_plugin::InvalidResourceName> {
+    device_plugin::check_resource_name(s)?;
+    Ok(s.to_string())
 }
 
 pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {

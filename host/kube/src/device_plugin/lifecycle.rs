@@ -1,6 +1,8 @@
 //! The plugin's life with the kubelet: serve on our socket, register on
-//! kubelet.sock, and when the kubelet restarts (kubelet.sock replaced, or our
-//! socket removed, as a restarting kubelet does) serve and register again.
+//! kubelet.sock, and when the kubelet starts or restarts (kubelet.sock
+//! created or replaced, or our socket removed, as a starting kubelet does),
+//! serve on our socket again and register: whether or not we had registered
+//! yet, so a plugin started before its kubelet registers too.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use super::{Config, DevicePluginError};
 
 /// What ended a server generation.
 enum Next {
-    /// The kubelet restarted: serve and register again.
+    /// The kubelet started or restarted: serve and register again.
     Restart,
     /// SIGTERM or SIGINT.
     Stop,
@@ -133,8 +135,19 @@ async fn generation(
     let mut registered = false;
     let mut last_error = String::new();
     let next = loop {
+        // Checked before every registration attempt as well as after one: a
+        // starting kubelet removes our socket, so registering an endpoint
+        // that no longer exists would be refused forever.
+        if restart.restarted() {
+            log(if registered {
+                "the kubelet restarted; serving and registering again"
+            } else {
+                "the kubelet started (kubelet.sock created or our socket removed); \
+                 serving and registering again"
+            });
+            break Next::Restart;
+        }
         if !registered {
-            restart.clear();
             match register(&kubelet, &endpoint, &config.resource).await {
                 Ok(()) => {
                     registered = true;
@@ -155,9 +168,6 @@ async fn generation(
                 }
                 Err(_) => {}
             }
-        } else if restart.restarted() {
-            log("the kubelet restarted; registering again");
-            break Next::Restart;
         }
         tokio::select! {
             _ = tokio::time::sleep(config.poll) => {}
@@ -179,6 +189,12 @@ async fn generation(
     Ok(next)
 }
 
+/// How long a registration may take: longer than the kubelet's own dial of
+/// our endpoint within Register (10 s, k8s.io/kubernetes v1.37.2
+/// pkg/kubelet/cm/devicemanager/plugin/v1beta1/client.go:133), so that a
+/// failed dial comes back as the kubelet's error rather than our timeout.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Register on kubelet.sock; the error as text.
 async fn register(kubelet: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
     let call = async {
@@ -194,7 +210,7 @@ async fn register(kubelet: &Path, endpoint: &str, resource: &str) -> Result<(), 
             .map_err(|s| format!("refused: {}", s.message()))?;
         Ok(())
     };
-    tokio::time::timeout(Duration::from_secs(10), call)
+    tokio::time::timeout(REGISTER_TIMEOUT, call)
         .await
-        .map_err(|_| "no answer in 10 s".to_string())?
+        .map_err(|_| format!("no answer in {} s", REGISTER_TIMEOUT.as_secs()))?
 }

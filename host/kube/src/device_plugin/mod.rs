@@ -10,6 +10,7 @@ pub mod api;
 pub mod inventory;
 mod lifecycle;
 mod plugin;
+mod resource_name;
 mod restart;
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 pub use inventory::{kubevirt_env_var, socket_name, Inventory, Policy, Selector};
 pub use plugin::{options, Plugin};
+pub use resource_name::{check_resource_name, InvalidResourceName, ResourceNameError};
 
 /// What `p2p-host device-plugin` was asked for.
 #[derive(Debug, Clone)]
@@ -43,6 +45,9 @@ pub struct Config {
 /// Why the device plugin stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DevicePluginError {
+    /// The kubelet would refuse the resource name ([`check_resource_name`]).
+    #[error("{0}")]
+    ResourceName(#[from] InvalidResourceName),
     /// The sysfs tree could not be read.
     #[error("reading sysfs: {0}")]
     Scan(#[from] p2p_shared::TopologyReadError),
@@ -74,8 +79,12 @@ pub fn service(inventory: Inventory) -> Result<Plugin, DevicePluginError> {
     })
 }
 
-/// Finds the GPUs, then serves and registers until SIGTERM or SIGINT.
+/// Checks the resource name by the kubelet's rule, finds the GPUs, then
+/// serves and registers until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), DevicePluginError> {
+    // Before anything else: the kubelet refuses such a name on every
+    // registration, so retrying could never succeed.
+    check_resource_name(&config.resource)?;
     let inventory = Inventory::discover(
         config.reader.clone(),
         &config.sysfs_root,

@@ -1,19 +1,25 @@
-//! Telling that the kubelet restarted. The kubelet's contract: a new kubelet
-//! removes every socket in its device-plugins directory and creates
-//! kubelet.sock again, and a plugin must then register again. Watched with
-//! inotify on the directory (a socket removed or kubelet.sock created or
-//! removed), and, where inotify is not to be had, by comparing kubelet.sock's
-//! inode and change time and checking that our socket is still there.
+//! Telling that the kubelet (re)started. The kubelet's contract: a starting
+//! kubelet removes every socket in its device-plugins directory
+//! (`CleanupPluginDirectory`, k8s.io/kubernetes v1.37.2
+//! pkg/kubelet/cm/devicemanager/manager.go:191, called from
+//! plugin/v1beta1/server.go:103) and creates kubelet.sock again, and a plugin
+//! must then serve on its socket again and register. That holds whether or
+//! not the plugin had registered yet: a plugin started before the kubelet
+//! loses its socket the same way. Watched with inotify on the directory (our
+//! socket or kubelet.sock created or removed; a lost event queue counts as a
+//! restart), and, where inotify is not to be had, by comparing kubelet.sock's
+//! inode and change time with those it had when the watch began or the plugin
+//! registered, and checking that our socket is still there.
 
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use inotify::{Inotify, WatchMask};
+use inotify::{EventMask, Inotify, WatchMask};
 
 use super::api::KUBELET_SOCKET;
 
-/// Which kubelet.sock we registered with.
+/// Which kubelet.sock was there.
 type Identity = (u64, u64, i64, i64);
 
 fn identity(path: &Path) -> Option<Identity> {
@@ -21,18 +27,23 @@ fn identity(path: &Path) -> Option<Identity> {
     Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
-/// Watches the device-plugins directory for a kubelet restart.
+/// Watches the device-plugins directory for a kubelet (re)start, from the
+/// moment our socket is bound: one watch per server generation.
 pub(crate) struct RestartWatch {
     kubelet: PathBuf,
     ours: PathBuf,
     ours_name: OsString,
     inotify: Option<Inotify>,
-    registered: Option<Identity>,
+    /// kubelet.sock when the watch began, then when we registered (None:
+    /// there was none).
+    seen: Option<Identity>,
 }
 
 impl RestartWatch {
     /// Starts watching `dir`, where our socket `endpoint` already is. Without
     /// inotify (the error is returned for the log) the fallback checks alone.
+    /// The watch starts before kubelet.sock is looked at, so a kubelet that
+    /// starts in between is seen by one or the other.
     pub(crate) fn new(dir: &Path, endpoint: &str) -> (Self, Option<std::io::Error>) {
         let inotify = Inotify::init().and_then(|i| {
             i.watches().add(
@@ -45,33 +56,35 @@ impl RestartWatch {
             Ok(i) => (Some(i), None),
             Err(e) => (None, Some(e)),
         };
+        let kubelet = dir.join(KUBELET_SOCKET);
         let watch = Self {
-            kubelet: dir.join(KUBELET_SOCKET),
+            seen: identity(&kubelet),
+            kubelet,
             ours: dir.join(endpoint),
             ours_name: endpoint.into(),
             inotify,
-            registered: None,
         };
         (watch, error)
     }
 
-    /// Forgets what happened so far: called before each registration attempt.
-    pub(crate) fn clear(&mut self) {
-        let _ = self.restarted_by_events();
-    }
-
-    /// Notes the kubelet.sock registered with.
+    /// Notes the kubelet.sock registered with. Events already queued still
+    /// count: a kubelet that restarted while we registered is registered
+    /// with again.
     pub(crate) fn registered(&mut self) {
-        self.registered = identity(&self.kubelet);
+        self.seen = identity(&self.kubelet);
     }
 
-    /// Whether the kubelet restarted since [`Self::registered`].
+    /// Whether the kubelet started or restarted since the watch began (before
+    /// a registration: the plugin's socket must be served again, as a
+    /// starting kubelet removes it) or since [`Self::registered`]. Events are
+    /// consumed; the other checks are not.
     pub(crate) fn restarted(&mut self) -> bool {
         let by_events = self.restarted_by_events();
-        by_events || identity(&self.kubelet) != self.registered || !self.ours.exists()
+        by_events || identity(&self.kubelet) != self.seen || !self.ours.exists()
     }
 
-    /// Whether an event since the last call names kubelet.sock or our socket.
+    /// Whether an event since the last call names kubelet.sock or our socket,
+    /// or events were lost.
     fn restarted_by_events(&mut self) -> bool {
         let Some(inotify) = self.inotify.as_mut() else {
             return false;
@@ -83,6 +96,7 @@ impl RestartWatch {
             let mut any = false;
             for e in events {
                 any = true;
+                seen |= e.mask.contains(EventMask::Q_OVERFLOW);
                 if let Some(name) = e.name {
                     seen |= name == KUBELET_SOCKET || name == self.ours_name.as_os_str();
                 }
