@@ -3,7 +3,7 @@
 // would define.
 //
 //	kubevirt-hook-client plugin  --socket PATH --domain FILE --vmi FILE
-//	                             [--plugin FILE] [--context Boot]
+//	                             [--plugin FILE] [--context Boot] [--again]
 //	kubevirt-hook-client sidecar --socket PATH --domain FILE --vmi FILE
 //	kubevirt-hook-client shim    --dir DIR -- SHIM [ARG...]
 //
@@ -13,7 +13,12 @@
 // DomainSpec to libvirtxml, calls MutateDomain (sidecar.go, callSidecarHook)
 // and converts the answer back; util.SetDomainSpecStrWithHooks
 // (pkg/virt-launcher/virtwrap/util/libvirt_helper.go) defines the XML it
-// returns and keeps the DomainSpec it returns. The Plugin is the first
+// returns and keeps the DomainSpec it returns. With --again it defines a
+// second time from that DomainSpec as it is in memory, as virt-launcher's
+// allocateHotplugPorts does after adding root ports on q35 (the printed
+// "spec" is no substitute: encoding/xml reads no <qemu:commandline> back into
+// a DomainSpec, while the one in memory keeps it, translate.FromLibvirtDomain
+// transferQEMUCommandline). The Plugin is the first
 // `kind: Plugin` document of --plugin (a manifest), else one named vp2p with
 // failureStrategy Fail and one sidecar hook on
 // /var/run/kubevirt-plugin/vp2p/<the socket's file name>.
@@ -41,7 +46,8 @@
 // plugin and sidecar print one JSON object: "sent" (the domain the hook
 // gets), "defined" (the domain virt-launcher would define), "spec" (the
 // DomainSpec virt-launcher keeps, marshalled with encoding/xml) and "error"
-// (the error virt-launcher would see; then the exit status is 2).
+// (the error virt-launcher would see; then the exit status is 2); with
+// --again, "again" holds the same four for the second define.
 package main
 
 import (
@@ -71,7 +77,7 @@ import (
 )
 
 const usage = `usage:
-  kubevirt-hook-client plugin  --socket PATH --domain FILE --vmi FILE [--plugin FILE] [--context Boot|MigrationTarget|MigrationSource]
+  kubevirt-hook-client plugin  --socket PATH --domain FILE --vmi FILE [--plugin FILE] [--context Boot|MigrationTarget|MigrationSource] [--again]
   kubevirt-hook-client sidecar --socket PATH --domain FILE --vmi FILE
   kubevirt-hook-client shim    --dir DIR -- SHIM [ARG...]`
 
@@ -86,10 +92,11 @@ const sidecarDir = hooks.HookSocketsSharedDirectory + "/hook-sidecar-0"
 var inNS bool
 
 type result struct {
-	Sent    string `json:"sent"`
-	Defined string `json:"defined"`
-	Spec    string `json:"spec"`
-	Error   string `json:"error"`
+	Sent    string  `json:"sent"`
+	Defined string  `json:"defined"`
+	Spec    string  `json:"spec"`
+	Error   string  `json:"error"`
+	Again   *result `json:"again,omitempty"`
 }
 
 func fail(format string, a ...any) {
@@ -168,6 +175,7 @@ func pluginCmd(args []string) {
 	fs := flag.NewFlagSet("plugin", flag.ContinueOnError)
 	manifest := fs.String("plugin", "", "a manifest whose first `kind: Plugin` document is the Plugin")
 	context := fs.String("context", string(pluginv1alpha1.InvocationContextBoot), "the invocation context")
+	again := fs.Bool("again", false, "define a second time from the DomainSpec kept in memory")
 	in, spec, vmi := readInputs(fs, args)
 
 	var p pluginv1alpha1.Plugin
@@ -195,28 +203,42 @@ func pluginCmd(args []string) {
 		reexec([]bind{{Src: in.socket, Dst: hookSocket}})
 	}
 
-	var r result
-	if d, err := translate.ToLibvirtDomain(spec); err != nil {
-		r.Error = err.Error()
-	} else if s, err := d.Marshal(); err != nil {
-		r.Error = err.Error()
-	} else {
-		r.Sent = s
-	}
 	// As virt-launcher: the store holds the Plugins virt-handler sent,
 	// SetDomainSpecStrWithHooks takes them from it.
 	plugins.SetPlugins([]pluginv1alpha1.Plugin{p})
-	if r.Error == "" {
-		updated, defined, err := plugins.ApplyDomainHooks(plugins.GetPlugins(), vmi, spec,
-			pluginv1alpha1.InvocationContext(*context))
-		if err != nil {
-			r.Error = err.Error()
-		} else {
-			r.Defined = defined
-			r.Spec = marshalSpec(updated)
+	ctx := pluginv1alpha1.InvocationContext(*context)
+	r, kept := definePlugin(vmi, spec, ctx)
+	if *again && r.Error == "" {
+		a, _ := definePlugin(vmi, kept, ctx)
+		r.Again = &a
+		if a.Error != "" {
+			r.Error = "again: " + a.Error
 		}
 	}
 	emit(r)
+}
+
+// definePlugin: one define through the plugin pipeline, and the DomainSpec
+// virt-launcher keeps (SetDomainSpecStrWithHooks copies it into its own).
+func definePlugin(vmi *v1.VirtualMachineInstance, spec *api.DomainSpec, ctx pluginv1alpha1.InvocationContext) (result, *api.DomainSpec) {
+	var r result
+	if d, err := translate.ToLibvirtDomain(spec); err != nil {
+		r.Error = err.Error()
+		return r, nil
+	} else if s, err := d.Marshal(); err != nil {
+		r.Error = err.Error()
+		return r, nil
+	} else {
+		r.Sent = s
+	}
+	updated, defined, err := plugins.ApplyDomainHooks(plugins.GetPlugins(), vmi, spec, ctx)
+	if err != nil {
+		r.Error = err.Error()
+		return r, nil
+	}
+	r.Defined = defined
+	r.Spec = marshalSpec(updated)
+	return r, updated
 }
 
 func sidecarCmd(args []string) {

@@ -52,7 +52,9 @@ pub struct DomainView {
     pub controllers: BTreeMap<u32, (String, String, Option<u32>, Option<u32>)>,
     /// (alias, property) -> value.
     pub properties: BTreeMap<(String, String), String>,
-    /// fw_cfg entries: name -> (file, inline text).
+    /// fw_cfg entries: name -> (file, inline text), from `<sysinfo
+    /// type='fwcfg'>` and from `-fw_cfg` in `<qemu:commandline>` alike (the
+    /// guest sees the same file).
     pub fw_cfg: BTreeMap<String, (Option<String>, String)>,
 }
 
@@ -66,6 +68,31 @@ fn num(s: &str) -> u32 {
         Some(h) => u32::from_str_radix(h, 16).unwrap(),
         None => s.parse().unwrap(),
     }
+}
+
+/// A QEMU option argument (`key=value,key=value`, a comma in a value
+/// written twice) as a map, read here without vp2p's code.
+fn qemu_options(arg: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut part = String::new();
+    let mut chars = arg.chars().peekable();
+    let mut parts = Vec::new();
+    while let Some(c) = chars.next() {
+        match c {
+            ',' if chars.peek() == Some(&',') => {
+                chars.next();
+                part.push(',');
+            }
+            ',' => parts.push(std::mem::take(&mut part)),
+            c => part.push(c),
+        }
+    }
+    parts.push(part);
+    for p in parts {
+        let (k, v) = p.split_once('=').unwrap_or((p.as_str(), ""));
+        out.insert(k.to_string(), v.to_string());
+    }
+    out
 }
 
 impl DomainView {
@@ -135,6 +162,24 @@ impl DomainView {
                         e.text().unwrap_or_default().to_string(),
                     ),
                 );
+            }
+        }
+        for c in doc.descendants().filter(|n| {
+            n.tag_name().namespace() == Some(QEMU_NS) && n.tag_name().name() == "commandline"
+        }) {
+            let args: Vec<&str> = c
+                .children()
+                .filter(|n| {
+                    n.tag_name().namespace() == Some(QEMU_NS) && n.tag_name().name() == "arg"
+                })
+                .filter_map(|n| n.attribute("value"))
+                .collect();
+            for w in args.windows(2).filter(|w| w[0] == "-fw_cfg") {
+                let o = qemu_options(w[1]);
+                let name = o.get("name").expect("-fw_cfg names its file").clone();
+                let file = o.get("file").cloned();
+                let text = o.get("string").cloned().unwrap_or_default();
+                v.fw_cfg.insert(name, (file, text));
             }
         }
         v

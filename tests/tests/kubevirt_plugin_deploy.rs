@@ -7,7 +7,12 @@
 //! Plugin's condition, the policy's match conditions and its JSONPatch
 //! mutation) are evaluated with cel-interpreter against a VMI and its
 //! launcher pod that must match and ones that must not; no API server runs
-//! here, so the pods are written as KubeVirt 1.9.0 creates them.
+//! here, so the pods are written as KubeVirt 1.9.0 creates them. The policy's
+//! CEL sees the pod as JSON, as the API server's does; the Plugin's condition
+//! sees the VMI as KubeVirt's domain-hook CEL does, by Go field names
+//! ([`vmi_as_kubevirt_cel_sees_it`]): a model of that evaluator, which
+//! kubevirt_hook_client.rs runs on the same VMIs for real (KubeVirt v1.9.0's
+//! own pipeline and CEL environment).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -43,6 +48,28 @@ fn cel_bool(expr: &str, name: &str, object: &Value) -> bool {
         Ok(CelValue::Bool(b)) => b,
         other => panic!("{expr} on {object}: {other:?}"),
     }
+}
+
+/// The VMI with `metadata` as KubeVirt 1.9.0's domain-hook CEL sees it
+/// (pkg/virt-launcher/virtwrap/plugins/cel/evaluator.go: `ext.NativeTypes` on
+/// v1.VirtualMachineInstance, without json tags): Go field names, the
+/// embedded ObjectMeta's fields promoted (`vmi.Annotations`, as KubeVirt's
+/// own tests write `vmi.Labels`), and every field present, a nil map reading
+/// as empty. Only the ObjectMeta fields a condition here reads.
+fn vmi_as_kubevirt_cel_sees_it(metadata: &Value) -> Value {
+    let field = |json: &str, empty: Value| {
+        metadata
+            .get(json)
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or(empty)
+    };
+    json!({
+        "Name": field("name", json!("")),
+        "Namespace": field("namespace", json!("")),
+        "Labels": field("labels", json!({})),
+        "Annotations": field("annotations", json!({})),
+    })
 }
 
 /// Rewrites CEL object construction (`JSONPatch{op: ...}`,
@@ -145,32 +172,37 @@ fn the_plugin_and_the_admission_policy_agree_with_the_hook() {
     );
     let binding = &m["MutatingAdmissionPolicyBinding"];
     assert_eq!(binding["spec"]["policyName"], map_name);
-    // The Plugin's condition, evaluated on VMIs: one that asks for vp2p with
-    // any vp2p.io/ annotation is selected, others are not.
+    // The Plugin's condition, evaluated on VMIs as KubeVirt's CEL sees them:
+    // one that asks for vp2p with any vp2p.io/ annotation is selected, others
+    // are not. It reads Go field names only: JSON names (vmi.metadata...) do
+    // not compile there, and virt-api refuses such a Plugin.
     let condition = plugin["spec"]["condition"].as_str().unwrap();
-    let vmi = |metadata: Value| json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": metadata});
+    assert!(!condition.contains("metadata"), "{condition}");
     let asks = json!({"vp2p.io/on-error": "fail", "kubevirt.io/latest-observed-api-version": "v1"});
-    assert!(cel_bool(
-        condition,
-        "vmi",
-        &vmi(json!({"name": "gpu-vm", "annotations": asks}))
-    ));
-    assert!(cel_bool(
-        condition,
-        "vmi",
-        &vmi(json!({"name": "gpu-vm", "annotations": {"vp2p.io/max-level": "phb"}}))
-    ));
-    for metadata in [
-        json!({"name": "plain"}),
-        json!({"name": "plain", "annotations": {}}),
-        json!({"name": "other", "annotations": {"kubevirt.io/latest-observed-api-version": "v1"}}),
-        json!({"name": "prefix-only", "annotations": {"example.com/vp2p.io/on-error": "fail"}}),
-        json!({"name": "no-slash", "annotations": {"vp2p.io": "yes"}}),
-    ] {
-        assert!(
-            !cel_bool(condition, "vmi", &vmi(metadata.clone())),
-            "{metadata}"
-        );
+    let vmis = [
+        (json!({"name": "gpu-vm", "annotations": asks}), true),
+        (
+            json!({"name": "gpu-vm", "annotations": {"vp2p.io/max-level": "phb"}}),
+            true,
+        ),
+        (json!({"name": "plain"}), false),
+        (json!({"name": "plain", "annotations": {}}), false),
+        (
+            json!({"name": "other", "annotations": {"kubevirt.io/latest-observed-api-version": "v1"}}),
+            false,
+        ),
+        (
+            json!({"name": "prefix-only", "annotations": {"example.com/vp2p.io/on-error": "fail"}}),
+            false,
+        ),
+        (
+            json!({"name": "no-slash", "annotations": {"vp2p.io": "yes"}}),
+            false,
+        ),
+    ];
+    for (metadata, selected) in &vmis {
+        let seen = vmi_as_kubevirt_cel_sees_it(metadata);
+        assert_eq!(cel_bool(condition, "vmi", &seen), *selected, "{metadata}");
     }
 
     // The policy's match conditions, all evaluated on pods: the launcher pod
@@ -214,6 +246,16 @@ fn the_plugin_and_the_admission_policy_agree_with_the_hook() {
         ),
     ] {
         assert!(!matches(&p), "{why}: {p}");
+    }
+    // The same VMIs as the Plugin's: the launcher pod of each (KubeVirt copies
+    // the VMI's annotations to it) gets the sidecar exactly when the Plugin
+    // calls it.
+    for (metadata, selected) in &vmis {
+        let mut p = launcher_pod(metadata.get("annotations").cloned().unwrap_or(json!({})));
+        if metadata.get("annotations").is_none() {
+            p["metadata"].as_object_mut().unwrap().remove("annotations");
+        }
+        assert_eq!(matches(&p), *selected, "{metadata}");
     }
 
     // The mutation, evaluated on the matching pod and applied as the API

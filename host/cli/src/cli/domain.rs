@@ -2,7 +2,7 @@
 //! it passes through: `plan --patch-domain` and the KubeVirt hook.
 
 use anyhow::Context;
-use p2p_host::vmm::libvirt::{self, Domain, NcclEntry, PatchOptions};
+use p2p_host::vmm::libvirt::{self, Domain, FwCfgVia, NcclEntry, PatchOptions};
 use p2p_shared::nccl_topo;
 use p2p_shared::{Bdf, Role};
 
@@ -33,12 +33,14 @@ pub struct DomainPatch {
 }
 
 /// Patches `text` (read from `source`, named in errors) with the plan that
-/// `args` makes for the domain's GPUs and RDMA NICs.
+/// `args` makes for the domain's GPUs and RDMA NICs; the NCCL file, if any,
+/// goes where `via` says.
 pub fn patch(
     args: &PlanArgs,
     text: &str,
     source: &str,
     nccl: &NcclChoice,
+    via: FwCfgVia,
 ) -> anyhow::Result<DomainPatch> {
     let domain = Domain::parse(text).with_context(|| format!("{source}: reading the domain"))?;
     let (root, topo, selector) = args.topology.load()?;
@@ -95,6 +97,7 @@ pub fn patch(
                 &nccl_topo::from_guest(&topo, guest),
             ))),
         },
+        via,
     };
     let patched = libvirt::patch_domain(&domain, plan, guest, &opts)
         .with_context(|| format!("{source}: VM {}", domain.name))?;

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
+use p2p_host::vmm::libvirt::FwCfgVia;
 use p2p_shared::guest_layout::FirstSlot;
 use p2p_shared::select::ClassPrefix;
 
@@ -120,7 +121,20 @@ pub(super) fn decide(
         .is_some_and(|v| v.eq_ignore_ascii_case("fail"));
     let outcome = annotations
         .and_then(|m| policy(&m, sysfs_root))
-        .and_then(|p| patch(&p.plan, domain, "the domain from virt-launcher", &p.nccl));
+        .and_then(|p| {
+            // virt-launcher keeps the domain in a DomainSpec with one
+            // <sysinfo>: a second, fw_cfg one would be merged into its SMBIOS
+            // one for the next define. The NCCL file goes on the QEMU command
+            // line, which that define keeps (plugins) or the hook adds again
+            // (the sidecar path loses it, like the override).
+            patch(
+                &p.plan,
+                domain,
+                "the domain from virt-launcher",
+                &p.nccl,
+                FwCfgVia::Commandline,
+            )
+        });
     match outcome {
         Ok(patched) => Decision::Patched(patched),
         Err(e) if fail_hard => {

@@ -464,7 +464,13 @@ fn patch_domain(args: &PlanCmd, file: &Path) -> anyhow::Result<()> {
         (Some(p), false) => NcclChoice::File(p.clone()),
         (None, false) => NcclChoice::Off,
     };
-    let patched = super::domain::patch(&args.plan, &text, &source, &nccl)?;
+    let patched = super::domain::patch(
+        &args.plan,
+        &text,
+        &source,
+        &nccl,
+        vmm::libvirt::FwCfgVia::Sysinfo,
+    )?;
     print!("{}", patched.text);
     std::io::stdout().flush()?;
     eprint!("{}", patched.report("p2p-host plan"));

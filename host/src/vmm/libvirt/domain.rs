@@ -134,6 +134,16 @@ pub struct FwCfgEntry {
     pub range: Range<usize>,
 }
 
+/// The `<qemu:commandline>` argument after `-fw_cfg` that gives vp2p's
+/// fw_cfg file (`name=opt/vp2p/nccl-topo.xml,...`).
+#[derive(Debug, Clone)]
+pub struct FwCfgArg {
+    /// The argument as QEMU gets it.
+    pub value: String,
+    /// The range of its `value` attribute's value.
+    pub value_range: Range<usize>,
+}
+
 /// The parts of a domain a patch reads.
 #[derive(Debug)]
 pub struct Domain<'a> {
@@ -161,8 +171,12 @@ pub struct Domain<'a> {
     pub override_devices: Vec<(String, Element)>,
     /// Every property set there.
     pub properties: Vec<SetProperty>,
+    /// `<qemu:commandline>`, if any.
+    pub qemu_commandline: Option<Element>,
     /// Cliques set through `<qemu:commandline>`.
     pub commandline: Vec<CommandlineClique>,
+    /// vp2p's fw_cfg file given there, if it is.
+    pub fw_cfg_arg: Option<FwCfgArg>,
     /// `<sysinfo type='fwcfg'>`, if any.
     pub fw_cfg: Option<Element>,
     /// Its entries.
@@ -231,7 +245,9 @@ impl<'a> Domain<'a> {
         let mut qemu_override = None;
         let mut override_devices = Vec::new();
         let mut properties = Vec::new();
+        let mut qemu_commandline = None;
         let mut commandline = Vec::new();
+        let mut fw_cfg_arg = None;
         let mut fw_cfg = None;
         let mut fw_cfg_entries = Vec::new();
         for n in root.children().filter(Node::is_element) {
@@ -252,12 +268,22 @@ impl<'a> Domain<'a> {
                     }
                 }
             } else if qemu(n, "commandline") {
-                let args: Vec<&str> = n
+                qemu_commandline = Some(element(text, n));
+                let args: Vec<roxmltree::Attribute> = n
                     .children()
                     .filter(|c| qemu(*c, "arg"))
-                    .filter_map(|a| a.attribute("value"))
+                    .filter_map(|a| a.attribute_node("value"))
                     .collect();
-                commandline.extend(commandline_cliques(&args));
+                let values: Vec<&str> = args.iter().map(|a| a.value()).collect();
+                commandline.extend(commandline_cliques(&values));
+                let ours = format!("name={FW_CFG_NAME},");
+                fw_cfg_arg = args
+                    .windows(2)
+                    .find(|w| w[0].value() == "-fw_cfg" && w[1].value().starts_with(&ours))
+                    .map(|w| FwCfgArg {
+                        value: w[1].value().to_string(),
+                        value_range: w[1].range_value(),
+                    });
             } else if n.tag_name().name() == "sysinfo" && n.attribute("type") == Some("fwcfg") {
                 fw_cfg = Some(element(text, n));
                 for e in n.children().filter(|c| c.has_tag_name("entry")) {
@@ -293,7 +319,9 @@ impl<'a> Domain<'a> {
             qemu_override,
             override_devices,
             properties,
+            qemu_commandline,
             commandline,
+            fw_cfg_arg,
             fw_cfg,
             fw_cfg_entries,
             numa_cells,

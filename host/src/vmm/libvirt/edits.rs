@@ -44,20 +44,15 @@ impl<'d> Edits<'d> {
 
     /// `snippet` as written in this domain: its quote, its indentation and
     /// its QEMU prefix. Snippets are written with single quotes and two
-    /// spaces a level.
+    /// spaces a level. Only indentation is restyled, the leading spaces of
+    /// the lines after the first: the first line continues wherever the
+    /// caller puts it, so what it starts with is content (the space before
+    /// ` xmlns:qemu=...` stays, whatever the domain indents with).
     pub(super) fn styled(&self, snippet: &str) -> String {
-        let snippet: String = if self.unit == "  " {
+        let snippet = if self.unit == "  " {
             snippet.to_string()
         } else {
-            let lines: Vec<String> = snippet
-                .lines()
-                .map(|l| {
-                    let body = l.trim_start_matches(' ');
-                    let levels = (l.len() - body.len()) / 2;
-                    format!("{}{body}", self.unit.repeat(levels))
-                })
-                .collect();
-            lines.join("\n")
+            reindented(snippet, &self.unit)
         };
         let s = if self.prefix == "qemu" {
             snippet.to_string()
@@ -116,6 +111,25 @@ impl<'d> Edits<'d> {
             changes: self.changes,
         }
     }
+}
+
+/// `snippet` with two leading spaces of each line after the first as one
+/// `unit` (an odd space left as it is).
+fn reindented(snippet: &str, unit: &str) -> String {
+    let mut out = String::with_capacity(snippet.len());
+    for (i, l) in snippet.lines().enumerate() {
+        if i == 0 {
+            out.push_str(l);
+            continue;
+        }
+        let body = l.trim_start_matches(' ');
+        let spaces = l.len() - body.len();
+        out.push('\n');
+        out.push_str(&unit.repeat(spaces / 2));
+        out.push_str(&" ".repeat(spaces % 2));
+        out.push_str(body);
+    }
+    out
 }
 
 /// `snippet`'s lines, each on a new line indented by `indent`.

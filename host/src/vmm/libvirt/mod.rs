@@ -21,7 +21,7 @@ mod patch;
 mod xml;
 
 pub use domain::{Domain, DomainError};
-pub use patch::{patch_domain, NcclEntry, PatchError, PatchOptions, Patched};
+pub use patch::{patch_domain, FwCfgVia, NcclEntry, PatchError, PatchOptions, Patched};
 
 /// The namespace the domain element must declare for `<qemu:override>`.
 pub const QEMU_NAMESPACE: &str = "http://libvirt.org/schemas/domain/qemu/1.0";
