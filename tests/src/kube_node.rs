@@ -3,7 +3,10 @@
 //! relinked to vfio-pci, and `p2p-host dra driver` for it, authenticated as
 //! the shipped ServiceAccount with a token the API server issued, bound by
 //! the shipped ClusterRole. No kubelet runs; the kubelet's own DRA code is
-//! `kube-peers kubelet-dra`.
+//! `kube-peers kubelet-dra`, run here ([`spawn_kubelet_dra`]) for a
+//! [`KubeletNode`] (a node whose tree the test makes) in a mount namespace
+//! whose `/dev` has stand-in VFIO nodes, for a pod whose claim the real
+//! scheduler allocated ([`two_peer_gpus_pod`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -272,4 +275,386 @@ impl Drop for SimNode {
     fn drop(&mut self) {
         self.stop_driver();
     }
+}
+
+/// The DRA driver's manifests (ServiceAccount, RBAC, DaemonSet) and the
+/// DeviceClasses, applied once per test process (whose tests share
+/// [`ControlPlane::shared`]).
+pub fn dra_manifests(cp: &ControlPlane) {
+    static APPLIED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    APPLIED.get_or_init(|| {
+        for f in ["driver.yaml", "deviceclasses.yaml"] {
+            let text =
+                std::fs::read_to_string(crate::repo_root().join("host/kubernetes/dra").join(f))
+                    .expect("the manifest");
+            cp.apply(&text)
+                .unwrap_or_else(|e| panic!("kubectl apply -f {f}: {e}"));
+        }
+    });
+}
+
+/// A node for the kubelet's own DRA code (`kube-peers kubelet-dra`): a Node
+/// labelled as a kubelet labels its node (`kubernetes.io/hostname`) and
+/// `p2p-host dra driver` on a tree the test made, as the shipped
+/// ServiceAccount with a token bound to the Node; its files in the test's
+/// directory (`driver.log`, `kubelet/`, `cdi/`, `meta/`). The driver is
+/// killed when dropped.
+pub struct KubeletNode {
+    /// The node's name (and the driver's pool).
+    pub name: String,
+    /// The test's directory.
+    pub dir: PathBuf,
+    /// The kubelet root the driver registers in.
+    pub root: PathBuf,
+    /// Where the driver writes CDI specs.
+    pub cdi: PathBuf,
+    /// Where the driver writes device metadata.
+    pub meta: PathBuf,
+    /// The driver process.
+    pub driver: Child,
+}
+
+impl KubeletNode {
+    /// Node `name` and the driver on `tree` with `extra` options; waits
+    /// until its registration socket is there and its ResourceSlice
+    /// published.
+    pub fn start(cp: &ControlPlane, name: &str, dir: &Path, tree: &Path, extra: &[&str]) -> Self {
+        dra_manifests(cp);
+        cp.add_node(name, &[("kubernetes.io/hostname", name)]);
+        let token = cp.token("kube-system", "vp2p-dra-driver", Some(name));
+        let kubeconfig = dir.join("driver.kubeconfig");
+        cp.token_kubeconfig(&token, &kubeconfig);
+        let (root, cdi, meta) = (dir.join("kubelet"), dir.join("cdi"), dir.join("meta"));
+        let log = std::fs::File::create(dir.join("driver.log")).expect("a log");
+        let driver = Command::new(binary("p2p-host"))
+            .args(["dra", "driver", "--node-name", name, "--gpu-class", "0108"])
+            .args(extra)
+            .arg("--sysfs-root")
+            .arg(tree)
+            .arg("--kubelet-root")
+            .arg(&root)
+            .arg("--cdi-dir")
+            .arg(&cdi)
+            .arg("--metadata-dir")
+            .arg(&meta)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("p2p-host dra driver starts");
+        let node = Self {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            root,
+            cdi,
+            meta,
+            driver,
+        };
+        let reg = node
+            .root
+            .join(format!("plugins_registry/{DRIVER}-reg.sock"));
+        let selector = format!("spec.nodeName={name}");
+        cp.wait_for(
+            &format!("the driver's registration socket and {name}'s ResourceSlice"),
+            Duration::from_secs(60),
+            || {
+                let slices = cp.get_json(&["get", "resourceslices", "--field-selector", &selector]);
+                let n = slices["items"].as_array().map_or(0, Vec::len);
+                (reg.exists() && n > 0).then_some(())
+            },
+        );
+        node
+    }
+
+    /// What the driver logged.
+    pub fn driver_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("driver.log")).unwrap_or_default()
+    }
+
+    /// The driver's checkpoint (null when it has none).
+    pub fn checkpoint(&self) -> Value {
+        std::fs::read_to_string(self.root.join(format!("plugins/{DRIVER}/checkpoint.json")))
+            .ok()
+            .map_or(Value::Null, |t| {
+                serde_json::from_str(&t).expect("the checkpoint is JSON")
+            })
+    }
+
+    /// `kube-peers kubelet-dra`'s arguments for pod `namespace/name` on this
+    /// node, as system:node:NAME (a kubeconfig written to the directory),
+    /// with this node's CDI specs and a 90 s bound.
+    pub fn kubelet_dra_args(&self, cp: &ControlPlane, pod: &str) -> Vec<String> {
+        let kc = self.dir.join("node.kubeconfig");
+        cp.node_kubeconfig(&self.name, &kc);
+        let path = |p: &Path| p.to_str().expect("a UTF-8 path").to_string();
+        [
+            "--kubeconfig",
+            &path(&kc),
+            "--node",
+            &self.name,
+            "--root",
+            &path(&self.root),
+            "--driver",
+            DRIVER,
+            "--pod",
+            pod,
+            "--cdi-dir",
+            &path(&self.cdi),
+            "--timeout",
+            "90s",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+impl Drop for KubeletNode {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// A device node of the stand-in `/dev`: path, major, minor (a character
+/// device).
+pub type DevNode = (String, i64, i64);
+
+/// /dev/vfio/vfio, the VFIO container's misc device (major 10, VFIO_MINOR
+/// 196 in the kernel's include/linux/miscdevice.h).
+pub const VFIO_CONTAINER: (i64, i64) = (10, 196);
+/// The stand-in major of the VFIO group nodes (dynamic in the kernel).
+pub const GROUP_MAJOR: i64 = 511;
+
+/// The legacy VFIO nodes: /dev/vfio/vfio and `groups`' nodes, each group of
+/// major [`GROUP_MAJOR`] and its index in `groups` as minor.
+pub fn vfio_group_nodes(groups: &[u32]) -> Vec<DevNode> {
+    let mut nodes = vec![(
+        "/dev/vfio/vfio".to_string(),
+        VFIO_CONTAINER.0,
+        VFIO_CONTAINER.1,
+    )];
+    for (minor, g) in groups.iter().enumerate() {
+        nodes.push((format!("/dev/vfio/{g}"), GROUP_MAJOR, minor as i64));
+    }
+    nodes
+}
+
+/// Starts `kube-peers kubelet-dra ARGS` in a mount namespace of its own
+/// whose `/dev` is the machine's with an overlay adding `nodes` (standing in
+/// for the node's `/dev` as a copied tree stands in for its sysfs: the CDI
+/// library reads a device node's type and numbers from the host's `/dev`);
+/// stdout and stderr go to `dir`'s kubelet-dra.out and .err. Needs root
+/// (CAP_SYS_ADMIN and CAP_MKNOD) and `unshare`.
+pub fn spawn_kubelet_dra(dir: &Path, nodes: &[DevNode], args: &[String]) -> Child {
+    let ovl = dir.join("dev-overlay");
+    std::fs::create_dir_all(&ovl).expect("the overlay's directory");
+    let mut script = String::from(
+        "set -e\n\
+         mount -t tmpfs tmpfs \"$OVL\"\n\
+         mkdir \"$OVL/upper\" \"$OVL/work\"\n\
+         mount -t overlay overlay -o \"lowerdir=/dev,upperdir=$OVL/upper,workdir=$OVL/work\" /dev\n",
+    );
+    for (path, major, minor) in nodes {
+        let parent = Path::new(path).parent().expect("a node in a directory");
+        script.push_str(&format!(
+            "mkdir -p {}\nrm -f {path}\nmknod {path} c {major} {minor}\n",
+            parent.display()
+        ));
+    }
+    script.push_str("exec \"$@\"\n");
+    let file = |ext: &str| std::fs::File::create(dir.join(format!("kubelet-dra.{ext}"))).unwrap();
+    Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ])
+        .arg(crate::kube::kube_peers())
+        .arg("kubelet-dra")
+        .args(args)
+        .env("OVL", &ovl)
+        .stdin(Stdio::null())
+        .stdout(file("out"))
+        .stderr(file("err"))
+        .spawn()
+        .expect("unshare runs (util-linux)")
+}
+
+/// Waits for a [`spawn_kubelet_dra`] run: (exit code, stdout, stderr).
+pub fn finish_kubelet_dra(mut child: Child, dir: &Path) -> (Option<i32>, String, String) {
+    let status = child.wait().expect("waiting for kubelet-dra");
+    let read = |ext: &str| {
+        std::fs::read_to_string(dir.join(format!("kubelet-dra.{ext}"))).unwrap_or_default()
+    };
+    (status.code(), read("out"), read("err"))
+}
+
+/// [`spawn_kubelet_dra`] run to its end.
+pub fn kubelet_dra(
+    dir: &Path,
+    nodes: &[DevNode],
+    args: &[String],
+) -> (Option<i32>, String, String) {
+    finish_kubelet_dra(spawn_kubelet_dra(dir, nodes, args), dir)
+}
+
+/// A claim the real scheduler allocated for a pod.
+pub struct Allocated {
+    /// The claim's name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+    /// The claim as the API server holds it.
+    pub claim: Value,
+    /// Request name: device name, as allocated (all of [`DRIVER`] in the
+    /// node's pool).
+    pub devices: std::collections::BTreeMap<String, String>,
+}
+
+/// Namespace `ns` with pod `vm` on `node` (by its `kubernetes.io/hostname`)
+/// whose claim `peers` asks for two GPUs on one root complex (requests
+/// `gpu0` and `gpu1` of `vp2p-gpu`, `matchAttribute: gpu.vp2p.io/cliquePhb`,
+/// as in docs/kubevirt.md's DRA section): a claim of the template
+/// `two-peer-gpus` when `template`, else the ResourceClaim `vm-gpus`. Waits
+/// until the scheduler has allocated the claim, reserved it for the pod and
+/// bound the pod to `node`.
+pub fn two_peer_gpus_pod(cp: &ControlPlane, ns: &str, node: &str, template: bool) -> Allocated {
+    use serde_json::json;
+    let spec = json!({
+        "requests": [
+            {"name": "gpu0", "exactly": {"deviceClassName": "vp2p-gpu"}},
+            {"name": "gpu1", "exactly": {"deviceClassName": "vp2p-gpu"}}],
+        "constraints": [{"matchAttribute": "gpu.vp2p.io/cliquePhb"}]});
+    let (claim, pod_claim) = if template {
+        (
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                   "metadata": {"name": "two-peer-gpus", "namespace": ns},
+                   "spec": {"spec": {"devices": spec}}}),
+            json!({"name": "peers", "resourceClaimTemplateName": "two-peer-gpus"}),
+        )
+    } else {
+        (
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                   "metadata": {"name": "vm-gpus", "namespace": ns},
+                   "spec": {"devices": spec}}),
+            json!({"name": "peers", "resourceClaimName": "vm-gpus"}),
+        )
+    };
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        claim,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vm", "namespace": ns},
+         "spec": {
+             "nodeSelector": {"kubernetes.io/hostname": node},
+             "resourceClaims": [pod_claim],
+             "containers": [{"name": "compute", "image": "registry.invalid/virt-launcher:0",
+                             "resources": {"claims": [{"name": "peers"}]}}]}}]});
+    cp.apply(&objects.to_string())
+        .expect("the claim (template) and the pod");
+    let (name, claim) = cp.wait_for(
+        &format!("the pod bound to {node} with its claim allocated and reserved"),
+        Duration::from_secs(120),
+        || {
+            let pod = cp.get_json(&["get", "pod", "vm", "-n", ns]);
+            if pod["spec"]["nodeName"] != node {
+                return None;
+            }
+            let name = if template {
+                pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+                    .as_str()?
+                    .to_string()
+            } else {
+                "vm-gpus".to_string()
+            };
+            let claim = cp.get_json(&["get", "resourceclaim", &name, "-n", ns]);
+            let reserved = claim["status"]["reservedFor"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|c| c["uid"] == pod["metadata"]["uid"]));
+            (claim["status"]["allocation"].is_object() && reserved).then_some((name, claim))
+        },
+    );
+    let devices = claim["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .expect("the allocation's results")
+        .iter()
+        .map(|r| {
+            assert_eq!(r["driver"], DRIVER, "{r}");
+            assert_eq!(r["pool"], node, "{r}");
+            (
+                r["request"].as_str().expect("a request").to_string(),
+                r["device"].as_str().expect("a device").to_string(),
+            )
+        })
+        .collect();
+    Allocated {
+        name,
+        uid: claim["metadata"]["uid"]
+            .as_str()
+            .expect("the claim's uid")
+            .to_string(),
+        claim,
+        devices,
+    }
+}
+
+/// The strings of a JSON array.
+pub fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("an array: {v}"))
+        .iter()
+        .map(|s| s.as_str().expect("a string").to_string())
+        .collect()
+}
+
+/// The last 30 lines of `s`.
+pub fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// The devices of kubelet-dra's OCI spec (`out["oci"]`): path: (type,
+/// major, minor).
+pub fn oci_devices(oci: &Value) -> std::collections::BTreeMap<String, (String, i64, i64)> {
+    oci["devices"]
+        .as_array()
+        .expect("the OCI spec's devices")
+        .iter()
+        .map(|d| {
+            (
+                d["path"].as_str().expect("a path").to_string(),
+                (
+                    d["type"].as_str().expect("a type").to_string(),
+                    d["major"].as_i64().expect("a major"),
+                    d["minor"].as_i64().expect("a minor"),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The mounts of kubelet-dra's OCI spec: destination: (source, options).
+pub fn oci_mounts(oci: &Value) -> std::collections::BTreeMap<String, (String, Vec<String>)> {
+    oci["mounts"]
+        .as_array()
+        .expect("the OCI spec's mounts")
+        .iter()
+        .map(|m| {
+            (
+                m["destination"]
+                    .as_str()
+                    .expect("a destination")
+                    .to_string(),
+                (
+                    m["source"].as_str().expect("a source").to_string(),
+                    strs(&m["options"]),
+                ),
+            )
+        })
+        .collect()
 }

@@ -17,7 +17,10 @@ package kubelet
 // container runtime injects them, the KEP-5304 device metadata files among
 // the injected mounts decoded with the consumer library Kubernetes publishes
 // (k8s.io/dynamic-resource-allocation/devicemetadata), and with --unprepare
-// unprepared (Manager.UnprepareResources: NodeUnprepareResources).
+// unprepared (Manager.UnprepareResources: NodeUnprepareResources). With
+// --hold-prepared FILE the JSON so far is written to FILE once the claims
+// are prepared and injected, and unpreparing waits until FILE is deleted
+// (so a test can read the node while the claims are prepared).
 
 import (
 	"context"
@@ -48,7 +51,7 @@ import (
 
 const draUsage = `usage: kube-peers kubelet-dra --kubeconfig FILE --node NODE --root KUBELET_ROOT
            --driver NAME --pod NAMESPACE/NAME [--cdi-dir DIR] [--unprepare]
-           [--timeout 60s] [--v 2]
+           [--hold-prepared FILE] [--timeout 60s] [--v 2]
 
 Runs the kubelet's plugin manager on KUBELET_ROOT/plugins_registry with the
 DRA manager's handler (its state in KUBELET_ROOT, as the kubelet keeps it),
@@ -58,7 +61,9 @@ claims (NodePrepareResources), takes each container's CDI devices, with
 --cdi-dir injects them into an OCI spec with the CDI library and decodes the
 device metadata files among its mounts, with --unprepare unprepares the
 claims (NodeUnprepareResources), and prints one JSON object on stdout. The
-kubelet's log goes to stderr.
+kubelet's log goes to stderr. --hold-prepared FILE: once prepared (and
+injected), the JSON so far is written to FILE (complete when it appears),
+and the run waits until FILE is deleted before it goes on to unprepare.
 `
 
 // draArgs is what kubelet-dra was asked.
@@ -71,6 +76,7 @@ type draArgs struct {
 	pod        string
 	cdiDir     string
 	unprepare  bool
+	hold       string
 	timeout    time.Duration
 	verbosity  int
 }
@@ -88,6 +94,7 @@ func parseDRAArgs(args []string) (*draArgs, error) {
 	fs.StringVar(&pod, "pod", "", "NAMESPACE/NAME of the pod")
 	fs.StringVar(&a.cdiDir, "cdi-dir", "", "CDI spec directory to inject from")
 	fs.BoolVar(&a.unprepare, "unprepare", false, "unprepare the pod's claims at the end")
+	fs.StringVar(&a.hold, "hold-prepared", "", "write the JSON to FILE once prepared and wait until FILE is deleted")
 	fs.DurationVar(&a.timeout, "timeout", 60*time.Second, "bound on the whole run")
 	fs.IntVar(&a.verbosity, "v", 2, "klog verbosity of the kubelet's code")
 	if err := fs.Parse(args); err != nil {
@@ -283,6 +290,14 @@ func runDRA(a *draArgs) (*draOutput, error) {
 		out.Metadata = md
 	}
 
+	// The claims prepared, held until the caller deletes the file.
+	if a.hold != "" {
+		out.KubeletErrors = rec.strings()
+		if err := holdPrepared(ctx, a.hold, out); err != nil {
+			return fail(fmt.Errorf("kubelet-dra: pod %s: %w", podRef, err))
+		}
+	}
+
 	// 6. NodeUnprepareResources.
 	if a.unprepare {
 		if err := manager.UnprepareResources(ctx, pod); err != nil {
@@ -297,6 +312,35 @@ func runDRA(a *draArgs) (*draOutput, error) {
 	}
 	out.KubeletErrors = rec.strings()
 	return out, nil
+}
+
+// holdPrepared writes out to file (complete when it appears: written beside
+// it and renamed) and waits until file is deleted.
+func holdPrepared(ctx context.Context, file string, out *draOutput) error {
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--hold-prepared: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return fmt.Errorf("--hold-prepared: %w", err)
+	}
+	klog.FromContext(ctx).Info("Holding the prepared claims until the file is deleted", "file", file)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("--hold-prepared: %s still there at the end of --timeout", file)
+		}
+	}
 }
 
 // notReady is config.SourcesReady with no source ever seen.
