@@ -7,10 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::go_peer::GoPeer;
 use crate::{repo_root, target_dir};
 
 /// The `kube-peers` binary, built from tests/kube when it is missing or
@@ -21,51 +22,16 @@ pub fn kube_peers() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            if let Some(p) = std::env::var_os("VP2P_KUBE_PEERS") {
-                return PathBuf::from(p);
+            GoPeer {
+                dir: "kube-peers",
+                bins: &["kube-peers"],
+                module: "tests/kube",
+                script: "scripts/build-kube-peers.sh",
+                env: "VP2P_KUBE_PEERS",
             }
-            let bin = target_dir().join("kube-peers/kube-peers");
-            let newest = newest_source(&repo_root().join("tests/kube"));
-            let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-            if built.is_none_or(|b| b < newest) {
-                let status = Command::new("bash")
-                    .arg(repo_root().join("scripts/build-kube-peers.sh"))
-                    .status()
-                    .expect("bash runs scripts/build-kube-peers.sh");
-                assert!(
-                    status.success(),
-                    "building kube-peers (tests/kube, Go) failed: Go 1.26 and the Go module \
-                     proxy are needed (scripts/setup.sh says how to get them)"
-                );
-            }
-            assert!(bin.exists(), "{} was not built", bin.display());
-            bin
+            .binary()
         })
         .clone()
-}
-
-fn newest_source(dir: &Path) -> SystemTime {
-    let mut newest = SystemTime::UNIX_EPOCH;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return newest;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        let t = if p.is_dir() {
-            newest_source(&p)
-        } else if p
-            .extension()
-            .is_some_and(|x| x == "go" || x == "mod" || x == "sum")
-        {
-            e.metadata()
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        } else {
-            continue;
-        };
-        newest = newest.max(t);
-    }
-    newest
 }
 
 /// A control plane of `kube-peers control-plane DIR`, stopped when dropped
