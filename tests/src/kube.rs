@@ -305,8 +305,10 @@ impl ControlPlane {
             .expect("kube-peers runs");
         assert!(
             out.status.success(),
-            "{verb} {component}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "{verb} {component}: {}\nsupervisor.log:\n{}\n{component}.log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_tail("supervisor.log"),
+            self.log_tail(&format!("{component}.log"))
         );
     }
 

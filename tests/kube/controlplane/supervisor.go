@@ -105,20 +105,21 @@ func Supervise(dir string, watchPid int) error {
 		st.write(dir)
 	}
 	defer shutdown()
-	start := func(name string) error {
+	spawnChild := func(name string) (*child, error) {
 		c, err := spawn(self, dir, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		children[name] = c
 		st.Pids[name] = c.cmd.Process.Pid
-		if err := st.write(dir); err != nil {
-			return err
-		}
-		return waitHealthy(ctx, dir, st, c)
+		return c, st.write(dir)
 	}
 	for _, name := range Components {
-		if err := start(name); err != nil {
+		c, err := spawnChild(name)
+		if err != nil {
+			return err
+		}
+		if err := waitHealthy(ctx, dir, st, c); err != nil {
 			return err
 		}
 	}
@@ -155,8 +156,11 @@ func Supervise(dir string, watchPid int) error {
 			held := exists(holdPath(dir, name))
 			if c == nil {
 				if !held {
+					// StartComponent waits for its health; the supervisor
+					// goes on watching, so that a component stopped again
+					// while it starts is a hold, not a failure.
 					fmt.Fprintf(os.Stderr, "kube-peers: starting %s again\n", name)
-					if err := start(name); err != nil {
+					if _, err := spawnChild(name); err != nil {
 						return err
 					}
 				}
