@@ -19,6 +19,7 @@ pub mod kube;
 pub mod kube_node;
 pub mod kubelet;
 pub mod kubernetes_validate;
+pub mod kubevirt_case;
 pub mod kubevirt_client;
 pub mod libvirt;
 pub mod nccl_explain;

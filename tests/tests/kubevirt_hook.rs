@@ -8,40 +8,19 @@
 
 use std::process::Command;
 
+use p2p_tests::kubevirt_case::{
+    assert_mirrored, cliques, hand, schema_form, sidecar_domain, sidecar_vmi, TREE,
+};
 use p2p_tests::libvirt::{validate, DomainView};
 use p2p_tests::{binary, fixture_dir, repo_root, Run};
 
-fn domain() -> String {
-    std::fs::read_to_string(repo_root().join("tests/fixtures/domains/kubevirt-virt-launcher.xml"))
-        .unwrap()
-}
-
-/// A VMI as virt-launcher serialises it, with vp2p's annotations.
+/// The VMI of the shim's tests: vp2p's sidecar asked for, with dedicated
+/// CPUs and guest NUMA passed through, and `annotations` added.
 fn vmi(annotations: &[(&str, &str)]) -> String {
-    let mut ann = serde_json::json!({
-        "hooks.kubevirt.io/hookSidecars":
-            "[{\"args\":[\"--version\",\"v1alpha3\"],\"image\":\"registry.example/vp2p-sidecar:0.1\"}]",
-        "kubevirt.io/latest-observed-api-version": "v1",
-        // The captured tree's "GPUs" are NVMe functions.
-        "vp2p.io/gpu-class": "0108",
-    });
-    for (k, v) in annotations {
-        ann[*k] = serde_json::Value::String(v.to_string());
-    }
-    serde_json::json!({
-        "kind": "VirtualMachineInstance",
-        "apiVersion": "kubevirt.io/v1",
-        "metadata": {"name": "train-01", "namespace": "gpu-jobs", "annotations": ann,
-                     "uid": "0c5e1f7a-3b2d-4e8f-9a61-7d4c2b8e5f13"},
-        "spec": {"domain": {"devices": {"gpus": [
-            {"name": "gpu1", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu2", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu3", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu4", "deviceName": "nvidia.com/GH100_H200"}]},
-            "cpu": {"dedicatedCpuPlacement": true, "numa": {"guestMappingPassthrough": {}}}}},
-        "status": {"phase": "Scheduled", "nodeName": "gpu-node-07"}
-    })
-    .to_string()
+    let mut v: serde_json::Value = serde_json::from_str(&sidecar_vmi(annotations)).unwrap();
+    v["spec"]["domain"]["cpu"] = serde_json::json!(
+        {"dedicatedCpuPlacement": true, "numa": {"guestMappingPassthrough": {}}});
+    v.to_string()
 }
 
 /// Runs `onDefineDomain --vmi VMI --domain XML` the way the shim does.
@@ -54,10 +33,7 @@ fn hook(vmi: &str, domain: &str) -> Run {
     .unwrap();
     let out = Command::new("onDefineDomain")
         .env("PATH", &path)
-        .env(
-            "VP2P_SYSFS_ROOT",
-            fixture_dir("qemu-11.1-two-socket-iommu-on"),
-        )
+        .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
         .args(["--vmi", vmi, "--domain", domain])
         .output()
         .expect("the wrapper runs from PATH");
@@ -68,33 +44,9 @@ fn hook(vmi: &str, domain: &str) -> Run {
     }
 }
 
-/// libvirt's schema is stricter than its parser on two things virt-launcher
-/// writes (empty `<bios>`/`<baseBoard>`/`<chassis>` in sysinfo, `type="pci"`
-/// on a hostdev's source address); both go before validating.
-fn schema_form(xml: &str) -> String {
-    let mut s = xml.to_string();
-    for empty in [
-        "\t\t<bios></bios>\n",
-        "\t\t<baseBoard></baseBoard>\n",
-        "\t\t<chassis></chassis>\n",
-    ] {
-        s = s.replace(empty, "");
-    }
-    // Source addresses are the only ones four tabs deep.
-    s.replace("\t\t\t\t<address type=\"pci\" ", "\t\t\t\t<address ")
-}
-
-fn cliques(xml: &str) -> Vec<(String, u8)> {
-    DomainView::parse(xml).cliques().into_iter().collect()
-}
-
-fn hand(v: &[(&str, u8)]) -> Vec<(String, u8)> {
-    v.iter().map(|(b, c)| (b.to_string(), *c)).collect()
-}
-
 #[test]
 fn the_shim_gets_the_domain_with_cliques_and_nothing_else_changed() {
-    let input = domain();
+    let input = sidecar_domain();
     validate(&schema_form(&input)).expect("control: the sample in schema form is valid");
     let r = hook(&vmi(&[]), &input);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
@@ -136,7 +88,7 @@ fn the_shim_gets_the_domain_with_cliques_and_nothing_else_changed() {
 
 #[test]
 fn annotations_set_the_level_and_the_mirrored_tree() {
-    let r = hook(&vmi(&[("vp2p.io/max-level", "SYS")]), &domain());
+    let r = hook(&vmi(&[("vp2p.io/max-level", "SYS")]), &sidecar_domain());
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(
         cliques(&r.stdout),
@@ -147,25 +99,17 @@ fn annotations_set_the_level_and_the_mirrored_tree() {
             ("0000:83:00.0", 0)
         ])
     );
-    let r = hook(&vmi(&[("vp2p.io/guest-topology", "mirror")]), &domain());
+    let r = hook(
+        &vmi(&[("vp2p.io/guest-topology", "mirror")]),
+        &sidecar_domain(),
+    );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let out = r.stdout;
-    validate(&schema_form(&out)).unwrap_or_else(|e| panic!("{e}\n{out}"));
-    let v = DomainView::parse(&out);
-    // boot.sh: gpu0/1 below sw0 on node 0, gpu3 on pxb1's root port, gpu4 below sw1 on node 1.
-    assert_eq!(v.chain("0000:23:00.0").1, Some(0));
-    assert_eq!(
-        v.chain("0000:41:00.0").0,
-        vec!["pcie-root-port", "pcie-expander-bus"]
-    );
-    assert_eq!(v.chain("0000:83:00.0").1, Some(1));
+    // boot.sh: gpu0/1 below sw0 on node 0, gpu3 on pxb1's root port, gpu4
+    // below sw1 on node 1; the NCCL file inline (no file in the compute
+    // container needed).
+    let v = assert_mirrored(&out);
     assert_eq!(v.chain("0000:24:00.0").0.len(), 4);
-    // The NCCL file travels inline (no file in the compute container needed).
-    let (file, text) = &v.fw_cfg["opt/vp2p/nccl-topo.xml"];
-    assert!(
-        file.is_none() && text.starts_with("<system version=\"1\">"),
-        "{text}"
-    );
     let again = hook(&vmi(&[("vp2p.io/guest-topology", "mirror")]), &out);
     assert_eq!(again.stdout, out);
     // nccl-topo off: the same mirrored tree and cliques, without the file. The
@@ -176,7 +120,7 @@ fn annotations_set_the_level_and_the_mirrored_tree() {
             ("vp2p.io/guest-topology", "mirror"),
             ("vp2p.io/nccl-topo", "off"),
         ]),
-        &domain(),
+        &sidecar_domain(),
     );
     assert_eq!(off.code, Some(0), "{}", off.stderr);
     assert!(!off.stderr.contains("unchanged"), "{}", off.stderr);
@@ -204,7 +148,7 @@ fn annotations_set_the_level_and_the_mirrored_tree() {
 
 #[test]
 fn an_error_passes_the_domain_unchanged_unless_the_vmi_asks_to_fail() {
-    let no_numa: String = domain()
+    let no_numa: String = sidecar_domain()
         .lines()
         .filter(|l| !l.contains("<numa>") && !l.contains("</numa>") && !l.contains("<cell "))
         .collect::<Vec<_>>()
@@ -233,8 +177,11 @@ fn an_error_passes_the_domain_unchanged_unless_the_vmi_asks_to_fail() {
         r.stderr
     );
 
-    let r = hook(&vmi(&[("vp2p.io/max-level", "rack")]), &domain());
-    assert_eq!((r.code, r.stdout.as_str()), (Some(0), domain().as_str()));
+    let r = hook(&vmi(&[("vp2p.io/max-level", "rack")]), &sidecar_domain());
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (Some(0), sidecar_domain().as_str())
+    );
     assert!(
         r.stderr.contains(
             "annotation vp2p.io/max-level: 'rack' is not one of pix | pxb | phb | node | sys"
@@ -242,16 +189,19 @@ fn an_error_passes_the_domain_unchanged_unless_the_vmi_asks_to_fail() {
         "{}",
         r.stderr
     );
-    let r = hook(&vmi(&[("vp2p.io/maxlevel", "pix")]), &domain());
+    let r = hook(&vmi(&[("vp2p.io/maxlevel", "pix")]), &sidecar_domain());
     assert!(
         r.stderr
             .contains("annotation vp2p.io/maxlevel is not one vp2p reads"),
         "{}",
         r.stderr
     );
-    assert_eq!(r.stdout, domain());
-    let r = hook("{not json", &domain());
-    assert_eq!((r.code, r.stdout.as_str()), (Some(0), domain().as_str()));
+    assert_eq!(r.stdout, sidecar_domain());
+    let r = hook("{not json", &sidecar_domain());
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (Some(0), sidecar_domain().as_str())
+    );
     assert!(r.stderr.contains("--vmi is not JSON"));
 }
 
@@ -262,8 +212,11 @@ fn a_vmi_without_gpus_on_this_node_passes_unchanged() {
         .as_object_mut()
         .unwrap()
         .remove("vp2p.io/gpu-class");
-    let r = hook(&v.to_string(), &domain());
-    assert_eq!((r.code, r.stdout.as_str()), (Some(0), domain().as_str()));
+    let r = hook(&v.to_string(), &sidecar_domain());
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (Some(0), sidecar_domain().as_str())
+    );
     assert!(
         r.stderr.contains("no GPU among the domain's PCI hostdevs"),
         "{}",

@@ -18,115 +18,22 @@
 //! "GPUs" are NVMe functions; at PHB boot.sh's cliques, 23:00.0 and 24:00.0
 //! clique 0, 41:00.0 clique 1, 83:00.0 clique 2.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use p2p_tests::kubevirt_case::{
+    assert_mirrored, boot_sh_cliques, cliques, on_define_domain, plugin_domain, schema_form,
+    sidecar_domain, sidecar_vmi, vmi, HookProcess, TREE,
+};
 use p2p_tests::kubevirt_client::kubevirt_hook_client;
 use p2p_tests::libvirt::{validate, DomainView};
 use p2p_tests::{binary, fixture_dir, repo_root};
-
-const TREE: &str = "qemu-11.1-two-socket-iommu-on";
 
 /// The `<metadata>` virt-launcher's DomainSpec always writes (empty here:
 /// the domain was read from a file, not made by virt-launcher's converter).
 const METADATA: &str =
     "  <metadata><kubevirt xmlns=\"http://kubevirt.io\"><uid></uid></kubevirt></metadata>\n";
-
-fn plugin_domain() -> String {
-    std::fs::read_to_string(repo_root().join("tests/fixtures/domains/kubevirt-1.9-plugin-hook.xml"))
-        .unwrap()
-}
-
-fn sidecar_domain() -> String {
-    std::fs::read_to_string(repo_root().join("tests/fixtures/domains/kubevirt-virt-launcher.xml"))
-        .unwrap()
-}
-
-/// The VMI of kubevirt_plugin_hook.rs, with `annotations` added.
-fn vmi(annotations: &[(&str, &str)]) -> String {
-    let mut ann = serde_json::json!({
-        "kubevirt.io/latest-observed-api-version": "v1",
-        "vp2p.io/gpu-class": "0108",
-    });
-    for (k, v) in annotations {
-        ann[*k] = serde_json::Value::String(v.to_string());
-    }
-    serde_json::json!({
-        "kind": "VirtualMachineInstance",
-        "apiVersion": "kubevirt.io/v1",
-        "metadata": {"name": "train-01", "namespace": "gpu-jobs", "annotations": ann,
-                     "uid": "0c5e1f7a-3b2d-4e8f-9a61-7d4c2b8e5f13"},
-        "spec": {"domain": {"devices": {"gpus": [
-            {"name": "gpu1", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu2", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu3", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu4", "deviceName": "nvidia.com/GH100_H200"}]}}},
-        "status": {"phase": "Scheduled", "nodeName": "gpu-node-07"}
-    })
-    .to_string()
-}
-
-fn hand(v: &[(&str, u8)]) -> Vec<(String, u8)> {
-    v.iter().map(|(b, c)| (b.to_string(), *c)).collect()
-}
-
-fn boot_sh_cliques() -> Vec<(String, u8)> {
-    hand(&[
-        ("0000:23:00.0", 0),
-        ("0000:24:00.0", 0),
-        ("0000:41:00.0", 1),
-        ("0000:83:00.0", 2),
-    ])
-}
-
-fn cliques(xml: &str) -> Vec<(String, u8)> {
-    DomainView::parse(xml).cliques().into_iter().collect()
-}
-
-/// libvirt's schema is stricter than its parser on the empty `<bios>`,
-/// `<baseBoard>`, `<chassis>` virt-launcher writes, and on `type="pci"` on a
-/// hostdev's source address (Go's DomainSpec writes it): they go before
-/// validating.
-fn schema_form(xml: &str) -> String {
-    xml.lines()
-        .filter(|l| {
-            !matches!(
-                l.trim(),
-                "<bios></bios>" | "<baseBoard></baseBoard>" | "<chassis></chassis>"
-            )
-        })
-        .map(|l| {
-            if l.trim_start().starts_with("<address type=\"pci\" domain=")
-                && l.starts_with("\t\t\t\t")
-            {
-                l.replacen("<address type=\"pci\" ", "<address ", 1)
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// What `p2p-host kubevirt on-define-domain` (the sidecar path) prints.
-fn on_define_domain(vmi: &str, domain: &str) -> String {
-    let out = Command::new(binary("p2p-host"))
-        .args([
-            "kubevirt",
-            "on-define-domain",
-            "--vmi",
-            vmi,
-            "--domain",
-            domain,
-        ])
-        .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The domains seen by the cliques, controllers and fw_cfg entries.
 fn same_devices(a: &str, b: &str) {
@@ -135,59 +42,6 @@ fn same_devices(a: &str, b: &str) {
     assert_eq!(a.controllers, b.controllers);
     assert_eq!(a.properties, b.properties);
     assert_eq!(a.fw_cfg, b.fw_cfg);
-}
-
-/// `p2p-host kubevirt plugin-hook`, stopped with SIGTERM by [`Hook::stop`].
-struct Hook {
-    child: Child,
-    socket: PathBuf,
-    log: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Hook {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The hook under `dir` at kubevirt-plugin/vp2p/hook.sock, as in the pod.
-fn start_in(dir: &Path) -> Hook {
-    let socket = dir.join("kubevirt-plugin/vp2p/hook.sock");
-    let mut child = Command::new(binary("p2p-host"))
-        .args(["kubevirt", "plugin-hook", "--socket"])
-        .arg(&socket)
-        .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = BufReader::new(child.stderr.take().unwrap());
-    let (tx, log) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in err.lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "no socket within 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Hook { child, socket, log }
-}
-
-impl Hook {
-    /// SIGTERM; the exit status and everything logged.
-    fn stop(mut self) -> (Option<i32>, String) {
-        // SAFETY: kill(2) on the pid of a child we have not waited for yet.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let status = self.child.wait().unwrap();
-        let log: Vec<String> = self.log.try_iter().collect();
-        (status.code(), log.join("\n"))
-    }
 }
 
 /// One call through KubeVirt's client: what it printed.
@@ -247,7 +101,7 @@ fn client(dir: &Path, mode: &str, socket: &Path, domain: &str, vmi: &str, extra:
 }
 
 /// MutateDomain through virt-launcher's plugin pipeline on `hook`.
-fn plugin(hook: &Hook, domain: &str, vmi: &str, extra: &[&str]) -> Call {
+fn plugin(hook: &HookProcess, domain: &str, vmi: &str, extra: &[&str]) -> Call {
     let dir = hook
         .socket
         .parent()
@@ -280,7 +134,7 @@ fn manifest(dir: &Path, condition: Option<&str>, failure: &str) -> String {
 #[test]
 fn boot_through_virt_launchers_plugin_pipeline_defines_the_cliques() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
+    let hook = HookProcess::plugin_hook_in(tmp.path());
     let input = plugin_domain();
     let c = plugin(&hook, &input, &vmi(&[]), &[]);
     assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
@@ -331,23 +185,14 @@ fn boot_through_virt_launchers_plugin_pipeline_defines_the_cliques() {
 #[test]
 fn the_mirrored_tree_and_the_nccl_file_come_through_the_pipeline() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
+    let hook = HookProcess::plugin_hook_in(tmp.path());
     let input = plugin_domain();
     let mirror = vmi(&[("vp2p.io/guest-topology", "mirror")]);
     let c = plugin(&hook, &input, &mirror, &[]);
     assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
     let m = &c.defined;
-    validate(&schema_form(m)).unwrap_or_else(|e| panic!("{e}\n{m}"));
+    let w = assert_mirrored(m);
     assert_eq!(cliques(m), boot_sh_cliques());
-    let w = DomainView::parse(m);
-    assert_eq!(w.chain("0000:23:00.0").1, Some(0));
-    assert_eq!(
-        w.chain("0000:41:00.0").0,
-        vec!["pcie-root-port", "pcie-expander-bus"]
-    );
-    assert_eq!(w.chain("0000:83:00.0").1, Some(1));
-    let (file, text) = &w.fw_cfg["opt/vp2p/nccl-topo.xml"];
-    assert!(file.is_none() && text.starts_with("<system version=\"1\">"));
     same_devices(m, &on_define_domain(&mirror, &c.sent));
     // The NCCL file is on the QEMU command line (`-fw_cfg`, the option
     // libvirt makes of a fw_cfg <sysinfo>), and the SMBIOS <sysinfo> is the
@@ -404,7 +249,7 @@ fn smbios(xml: &str) -> Vec<(String, String, String)> {
 #[test]
 fn planning_errors_reach_virt_launcher_as_the_plugin_and_the_vmi_ask() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
+    let hook = HookProcess::plugin_hook_in(tmp.path());
     let input = plugin_domain();
     let fail = vmi(&[("vp2p.io/max-level", "rack"), ("vp2p.io/on-error", "fail")]);
 
@@ -449,7 +294,7 @@ fn planning_errors_reach_virt_launcher_as_the_plugin_and_the_vmi_ask() {
 #[test]
 fn a_condition_in_kubevirts_domain_hook_cel_selects_the_vmis() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
+    let hook = HookProcess::plugin_hook_in(tmp.path());
     let input = plugin_domain();
     let p = manifest(
         tmp.path(),
@@ -462,7 +307,7 @@ fn a_condition_in_kubevirts_domain_hook_cel_selects_the_vmis() {
     let (_, log) = hook.stop();
     assert!(log.contains("4 GPU(s), 3 clique(s)"), "{log}");
 
-    let hook = start_in(tmp.path());
+    let hook = HookProcess::plugin_hook_in(tmp.path());
     let none: serde_json::Value = {
         let mut v: serde_json::Value = serde_json::from_str(&vmi(&[])).unwrap();
         v["metadata"]["annotations"] =
@@ -488,7 +333,7 @@ fn a_condition_in_kubevirts_domain_hook_cel_selects_the_vmis() {
 #[test]
 fn the_manifests_plugin_selects_a_vp2p_vmi() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
+    let hook = HookProcess::plugin_hook_in(tmp.path());
     let p = repo_root().join("host/kubevirt/plugin-hook.yaml");
     let p = p.to_str().unwrap();
     let input = plugin_domain();
@@ -614,32 +459,18 @@ fn shim(dir: &Path) -> Shim {
     }
 }
 
-/// The sidecar VMI of kubevirt_hook.rs: the plugin test's, asking for the sidecar.
-fn sidecar_vmi() -> String {
-    sidecar_vmi_with(&[])
-}
-
-fn sidecar_vmi_with(annotations: &[(&str, &str)]) -> String {
-    let mut v: serde_json::Value = serde_json::from_str(&vmi(annotations)).unwrap();
-    v["metadata"]["annotations"]["hooks.kubevirt.io/hookSidecars"] = serde_json::Value::String(
-        "[{\"args\":[\"--version\",\"v1alpha3\"],\"image\":\"registry.example/vp2p-sidecar:0.1\"}]"
-            .into(),
-    );
-    v.to_string()
+/// onDefineDomain through virt-launcher's hook manager and the shim `s`.
+fn sidecar(s: &Shim, domain: &str, vmi: &str) -> Call {
+    // The client's files go next to the hooks directory, not in it.
+    let dir = s.socket.parent().and_then(Path::parent).unwrap();
+    client(dir, "sidecar", &s.socket, domain, vmi, &[])
 }
 
 #[test]
 fn the_sidecar_through_kubevirts_shim_and_hook_manager() {
     let tmp = tempfile::tempdir().unwrap();
     let s = shim(&tmp.path().join("hooks"));
-    let c = client(
-        tmp.path(),
-        "sidecar",
-        &s.socket,
-        &sidecar_domain(),
-        &sidecar_vmi(),
-        &[],
-    );
+    let c = sidecar(&s, &sidecar_domain(), &sidecar_vmi(&[]));
     assert_eq!((c.code, c.error.as_str()), (Some(0), ""), "{}", c.stderr);
     // The hook manager sends Go's tab-indented DomainSpec with xmlns:qemu
     // (virt-launcher's defaults declare it); the shim's answer is what
@@ -647,7 +478,7 @@ fn the_sidecar_through_kubevirts_shim_and_hook_manager() {
     assert!(c.sent.starts_with(
         "<domain type=\"kvm\" xmlns:qemu=\"http://libvirt.org/schemas/domain/qemu/1.0\">\n\t<name>"
     ));
-    assert_eq!(c.defined, on_define_domain(&sidecar_vmi(), &c.sent));
+    assert_eq!(c.defined, on_define_domain(&sidecar_vmi(&[]), &c.sent));
     let out = &c.defined;
     validate(&schema_form(out)).unwrap_or_else(|e| panic!("{e}\n{out}"));
     assert_eq!(cliques(out), boot_sh_cliques());
@@ -669,23 +500,9 @@ fn the_sidecar_through_kubevirts_shim_and_hook_manager() {
 fn a_second_define_from_the_kept_spec_is_xml() {
     let tmp = tempfile::tempdir().unwrap();
     let s = shim(&tmp.path().join("hooks"));
-    let first = client(
-        tmp.path(),
-        "sidecar",
-        &s.socket,
-        &sidecar_domain(),
-        &sidecar_vmi(),
-        &[],
-    );
+    let first = sidecar(&s, &sidecar_domain(), &sidecar_vmi(&[]));
     assert_eq!(first.error, "");
-    let again = client(
-        tmp.path(),
-        "sidecar",
-        &s.socket,
-        &first.spec,
-        &sidecar_vmi(),
-        &[],
-    );
+    let again = sidecar(&s, &first.spec, &sidecar_vmi(&[]));
     assert_eq!(again.error, "");
     assert!(again.sent.starts_with("<domain type=\"kvm\">\n\t<name>"));
     assert!(again.defined.starts_with(
@@ -707,8 +524,8 @@ fn the_sidecar_path_keeps_the_smbios_sysinfo_and_the_nccl_file() {
     let tmp = tempfile::tempdir().unwrap();
     let s = shim(&tmp.path().join("hooks"));
     let input = sidecar_domain();
-    let mirror = sidecar_vmi_with(&[("vp2p.io/guest-topology", "mirror")]);
-    let first = client(tmp.path(), "sidecar", &s.socket, &input, &mirror, &[]);
+    let mirror = sidecar_vmi(&[("vp2p.io/guest-topology", "mirror")]);
+    let first = sidecar(&s, &input, &mirror);
     assert_eq!(
         (first.code, first.error.as_str()),
         (Some(0), ""),
@@ -728,7 +545,7 @@ fn the_sidecar_path_keeps_the_smbios_sysinfo_and_the_nccl_file() {
     assert_eq!(smbios(&first.spec), smbios(&input));
     assert!(!first.spec.contains("commandline"), "{}", first.spec);
 
-    let again = client(tmp.path(), "sidecar", &s.socket, &first.spec, &mirror, &[]);
+    let again = sidecar(&s, &first.spec, &mirror);
     assert_eq!(
         (again.code, again.error.as_str()),
         (Some(0), ""),

@@ -17,50 +17,16 @@
 //! 23:00.0 and 24:00.0 below one switch share clique 0, 41:00.0 (another
 //! root port) is 1, 83:00.0 (the other socket) is 2.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use p2p_host_kube::kubevirt_plugin::api::*;
 use p2p_host_kube::kubevirt_plugin::{ERROR_METADATA, PLUGIN_NAME};
 use p2p_tests::grpc_wire::protobuf::{varint, Decoded, Writer};
 use p2p_tests::grpc_wire::raw;
 use p2p_tests::grpc_wire::table::KUBEVIRT_HOOKS_V1ALPHA1;
+use p2p_tests::kubevirt_case::{
+    assert_mirrored, cliques, hand, on_define_domain, plugin_domain, schema_form, vmi, HookProcess,
+};
 use p2p_tests::libvirt::{validate, DomainView};
-use p2p_tests::{binary, fixture_dir, repo_root};
 use tonic::Code;
-
-const TREE: &str = "qemu-11.1-two-socket-iommu-on";
-
-fn domain() -> String {
-    std::fs::read_to_string(repo_root().join("tests/fixtures/domains/kubevirt-1.9-plugin-hook.xml"))
-        .unwrap()
-}
-
-/// A VMI as virt-launcher marshals it, with vp2p's annotations.
-fn vmi(annotations: &[(&str, &str)]) -> String {
-    let mut ann = serde_json::json!({
-        "kubevirt.io/latest-observed-api-version": "v1",
-        "vp2p.io/gpu-class": "0108",
-    });
-    for (k, v) in annotations {
-        ann[*k] = serde_json::Value::String(v.to_string());
-    }
-    serde_json::json!({
-        "kind": "VirtualMachineInstance",
-        "apiVersion": "kubevirt.io/v1",
-        "metadata": {"name": "train-01", "namespace": "gpu-jobs", "annotations": ann,
-                     "uid": "0c5e1f7a-3b2d-4e8f-9a61-7d4c2b8e5f13"},
-        "spec": {"domain": {"devices": {"gpus": [
-            {"name": "gpu1", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu2", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu3", "deviceName": "nvidia.com/GH100_H200"},
-            {"name": "gpu4", "deviceName": "nvidia.com/GH100_H200"}]}}},
-        "status": {"phase": "Scheduled", "nodeName": "gpu-node-07"}
-    })
-    .to_string()
-}
 
 /// The request virt-launcher sends.
 fn request(domain: &str, vmi: &str, context: &str) -> MutateDomainRequest {
@@ -74,121 +40,18 @@ fn request(domain: &str, vmi: &str, context: &str) -> MutateDomainRequest {
     }
 }
 
-/// The hook process: stopped with SIGTERM by [`Hook::stop`], killed if dropped.
-struct Hook {
-    child: Child,
-    socket: PathBuf,
-    log: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Hook {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(socket: &Path, extra: &[String]) -> Hook {
-    let mut child = Command::new(binary("p2p-host"))
-        .args(extra)
-        .arg("--socket")
-        .arg(socket)
-        .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = BufReader::new(child.stderr.take().unwrap());
-    let (tx, log) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in err.lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "no socket within 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Hook {
-        child,
-        socket: socket.to_path_buf(),
-        log,
-    }
-}
-
-impl Hook {
-    async fn client(&self) -> DomainHookServiceClient<tonic::transport::Channel> {
-        DomainHookServiceClient::new(connect_unix(&self.socket).await.unwrap())
-    }
-
-    /// SIGTERM; the exit status and everything logged.
-    fn stop(mut self) -> (Option<i32>, String) {
-        // SAFETY: kill(2) on the pid of a child we have not waited for yet.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let status = self.child.wait().unwrap();
-        let log: Vec<String> = self.log.try_iter().collect();
-        (status.code(), log.join("\n"))
-    }
-}
-
-/// The hook under `dir` at kubevirt-plugin/vp2p/hook.sock, as in the pod.
-fn start_in(dir: &Path) -> Hook {
-    let socket = dir
-        .join("kubevirt-plugin")
-        .join(PLUGIN_NAME)
-        .join("hook.sock");
-    start(&socket, &["kubevirt".into(), "plugin-hook".into()])
-}
-
-/// libvirt's schema is stricter than its parser on the empty `<bios>`,
-/// `<baseBoard>`, `<chassis>` virt-launcher writes: they go before validating.
-fn schema_form(xml: &str) -> String {
-    xml.lines()
-        .filter(|l| {
-            !matches!(
-                l.trim(),
-                "<bios></bios>" | "<baseBoard></baseBoard>" | "<chassis></chassis>"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn cliques(xml: &str) -> Vec<(String, u8)> {
-    DomainView::parse(xml).cliques().into_iter().collect()
-}
-
-fn hand(v: &[(&str, u8)]) -> Vec<(String, u8)> {
-    v.iter().map(|(b, c)| (b.to_string(), *c)).collect()
-}
-
-/// What the sidecar path (`on-define-domain`) prints for the same input.
-fn sidecar(vmi: &str, domain: &str) -> String {
-    let out = Command::new(binary("p2p-host"))
-        .args([
-            "kubevirt",
-            "on-define-domain",
-            "--vmi",
-            vmi,
-            "--domain",
-            domain,
-        ])
-        .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap()
+/// A client of the hook's socket, which is in the plugin's directory.
+async fn connect(hook: &HookProcess) -> DomainHookServiceClient<tonic::transport::Channel> {
+    assert!(hook.socket.parent().unwrap().ends_with(PLUGIN_NAME));
+    DomainHookServiceClient::new(connect_unix(&hook.socket).await.unwrap())
 }
 
 #[tokio::test]
 async fn boot_gets_the_domain_with_cliques_as_the_sidecar_makes_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
-    let mut client = hook.client().await;
-    let input = domain();
+    let hook = HookProcess::plugin_hook_in(tmp.path());
+    let mut client = connect(&hook).await;
+    let input = plugin_domain();
     validate(&schema_form(&input)).expect("control: the sample in schema form is valid");
 
     let out = client
@@ -238,7 +101,7 @@ async fn boot_gets_the_domain_with_cliques_as_the_sidecar_makes_it() {
         "{tail}"
     );
     // The sidecar path makes the same domain of the same input.
-    assert_eq!(out, sidecar(&vmi(&[]), &input));
+    assert_eq!(out, on_define_domain(&vmi(&[]), &input));
     // Called again on its own output (another hook's turn): unchanged.
     let again = client
         .mutate_domain(request(&out, &vmi(&[]), "Boot"))
@@ -253,17 +116,8 @@ async fn boot_gets_the_domain_with_cliques_as_the_sidecar_makes_it() {
         .await
         .unwrap();
     let m = String::from_utf8(m.into_inner().domain).unwrap();
-    validate(&schema_form(&m)).unwrap_or_else(|e| panic!("{e}\n{m}"));
-    let w = DomainView::parse(&m);
-    assert_eq!(w.chain("0000:23:00.0").1, Some(0));
-    assert_eq!(
-        w.chain("0000:41:00.0").0,
-        vec!["pcie-root-port", "pcie-expander-bus"]
-    );
-    assert_eq!(w.chain("0000:83:00.0").1, Some(1));
-    let (file, text) = &w.fw_cfg["opt/vp2p/nccl-topo.xml"];
-    assert!(file.is_none() && text.starts_with("<system version=\"1\">"));
-    assert_eq!(m, sidecar(&mirror, &input));
+    assert_mirrored(&m);
+    assert_eq!(m, on_define_domain(&mirror, &input));
 
     let socket = hook.socket.clone();
     let (code, log) = hook.stop();
@@ -283,9 +137,9 @@ async fn boot_gets_the_domain_with_cliques_as_the_sidecar_makes_it() {
 #[tokio::test]
 async fn bad_requests_get_clear_errors_and_the_hook_keeps_serving() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
-    let mut client = hook.client().await;
-    let input = domain();
+    let hook = HookProcess::plugin_hook_in(tmp.path());
+    let mut client = connect(&hook).await;
+    let input = plugin_domain();
 
     let mut r = request(&input, &vmi(&[]), "Boot");
     r.domain_type = "cloud-hypervisor".into();
@@ -361,7 +215,7 @@ async fn bad_requests_get_clear_errors_and_the_hook_keeps_serving() {
     );
 
     // Still serving, on a new connection too.
-    let mut fresh = hook.client().await;
+    let mut fresh = connect(&hook).await;
     let ok = fresh
         .mutate_domain(request(&input, &vmi(&[]), "Boot"))
         .await
@@ -380,9 +234,9 @@ async fn bad_requests_get_clear_errors_and_the_hook_keeps_serving() {
 #[tokio::test]
 async fn migrations_pass_the_domain_unchanged() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
-    let mut client = hook.client().await;
-    let input = domain();
+    let hook = HookProcess::plugin_hook_in(tmp.path());
+    let mut client = connect(&hook).await;
+    let input = plugin_domain();
     // Even a VMI whose annotations would fail the boot: nothing is planned.
     let fail = vmi(&[("vp2p.io/max-level", "rack"), ("vp2p.io/on-error", "fail")]);
     for context in ["MigrationTarget", "MigrationSource"] {
@@ -396,7 +250,7 @@ async fn migrations_pass_the_domain_unchanged() {
         }
     }
     // A booted (patched) domain is not patched twice either.
-    let booted = sidecar(&vmi(&[]), &input);
+    let booted = on_define_domain(&vmi(&[]), &input);
     let r = client
         .mutate_domain(request(&booted, &vmi(&[]), "MigrationTarget"))
         .await
@@ -417,10 +271,10 @@ async fn migrations_pass_the_domain_unchanged() {
 #[tokio::test]
 async fn mutate_domain_is_the_published_encoding_byte_for_byte() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
+    let hook = HookProcess::plugin_hook_in(tmp.path());
     let t = &KUBEVIRT_HOOKS_V1ALPHA1;
     let path = t.method("DomainHookService", "MutateDomain").path;
-    let input = domain();
+    let input = plugin_domain();
     let v = vmi(&[]);
     let req_field = |n| t.field("MutateDomainRequest", n);
     let encode = |context: &str| {
@@ -469,7 +323,7 @@ async fn mutate_domain_is_the_published_encoding_byte_for_byte() {
     let patched = d.all_bytes(t.field("MutateDomainResponse", "domain"));
     assert_eq!(
         String::from_utf8(patched[0].clone()).unwrap(),
-        sidecar(&v, &input)
+        on_define_domain(&v, &input)
     );
     drop(hook);
 }
@@ -480,9 +334,9 @@ async fn mutate_domain_is_the_published_encoding_byte_for_byte() {
 #[tokio::test]
 async fn a_megabyte_domain_type_is_refused_with_a_bounded_quote() {
     let tmp = tempfile::tempdir().unwrap();
-    let hook = start_in(tmp.path());
-    let mut client = hook.client().await;
-    let mut r = request(&domain(), &vmi(&[]), "Boot");
+    let hook = HookProcess::plugin_hook_in(tmp.path());
+    let mut client = connect(&hook).await;
+    let mut r = request(&plugin_domain(), &vmi(&[]), "Boot");
     r.domain_type = "x".repeat(1 << 20);
     let e = client.mutate_domain(r).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message().len());
@@ -493,7 +347,7 @@ async fn a_megabyte_domain_type_is_refused_with_a_bounded_quote() {
             "x".repeat(64)
         )
     );
-    let r = request(&domain(), &vmi(&[]), &"B".repeat(1 << 20));
+    let r = request(&plugin_domain(), &vmi(&[]), &"B".repeat(1 << 20));
     let e = client.mutate_domain(r).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().len() < 300, "{}", e.message().len());
