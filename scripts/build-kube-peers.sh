@@ -10,22 +10,13 @@
 # proxy (the ordinary `go` client downloads the modules once into its module
 # cache; later builds use the cache and Go's build cache).
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/.." && pwd)"
-. "$here/qemu/lib.sh"
+# shellcheck source=scripts/go-lib.sh
+. "$(dirname "$0")/go-lib.sh"
 
-want="$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' "$root/tests/kube/go.mod")"
-if ! command -v go >/dev/null 2>&1; then
-    die "Go $want or later is needed to build the Kubernetes test peers (tests/kube): install it from https://go.dev/dl/ (or Debian's golang-go when it is $want or later) and put \`go\` on PATH"
-fi
-have="$(go env GOVERSION | sed 's/^go//')"
-if ! version_ge "$have" "$want"; then
-    die "Go $have is older than the $want tests/kube/go.mod asks for: install Go $want or later from https://go.dev/dl/"
-fi
-out="${CARGO_TARGET_DIR:-$root/target}/kube-peers"
-mkdir -p "$out"
-log "building kube-peers with Go $have (k8s.io/kubernetes $(sed -n "s/^[[:space:]]*k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p" "$root/tests/kube/go.mod")) into $out"
-cd "$root/tests/kube"
+require_go tests/kube "the Kubernetes test peers"
+out="$(go_out_dir kube-peers)"
+log "building kube-peers with Go $GO_VERSION (k8s.io/kubernetes $(go_requires tests/kube k8s.io/kubernetes)) into $out"
+cd "$VP2P_ROOT/tests/kube"
 # -mod=readonly: go.sum as committed; a missing module is downloaded by the go client.
 go build -mod=readonly -o "$out/kube-peers.new" .
 mv "$out/kube-peers.new" "$out/kube-peers"

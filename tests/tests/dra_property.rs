@@ -16,6 +16,7 @@ use proptest::prelude::*;
 
 /// The builder's unit-test trees (`Tree`, `hand_built`), one file for both crates.
 #[path = "../../shared/src/dra/tests/trees.rs"]
+#[allow(dead_code)] // the unit tests' shorthands this file does not need
 mod trees;
 use trees::{b, hand_built, Tree, BRIDGE, GPU, NIC};
 

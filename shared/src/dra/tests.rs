@@ -174,26 +174,7 @@ fn flat(n: usize) -> Topology {
             device: 0,
             function: 0,
         };
-        t.add(
-            rp,
-            &hb,
-            None,
-            BRIDGE,
-            Some(PciePortType::RootPort),
-            Some(0),
-            None,
-            "pcieport",
-        );
-        t.add(
-            ep,
-            &hb,
-            Some(rp),
-            GPU,
-            Some(PciePortType::Endpoint),
-            Some(0),
-            None,
-            "vfio-pci",
-        );
+        t.gpu_on_root_port(&hb, rp, ep);
     }
     t.done()
 }
@@ -238,26 +219,7 @@ fn a_gpu_on_a_pci_domain_above_ffff_is_left_out_with_the_reason() {
             device: 0,
             function: 0,
         };
-        t.add(
-            rp,
-            &hb,
-            None,
-            BRIDGE,
-            Some(PciePortType::RootPort),
-            Some(0),
-            None,
-            "pcieport",
-        );
-        t.add(
-            ep,
-            &hb,
-            Some(rp),
-            GPU,
-            Some(PciePortType::Endpoint),
-            Some(0),
-            None,
-            "vfio-pci",
-        );
+        t.gpu_on_root_port(&hb, rp, ep);
     }
     let t = t.done();
     let sel = GpuSelector::Nvidia;

@@ -105,51 +105,49 @@ func APIServerArgs(dir string) ([]string, error) {
 
 // ControllerManagerArgs are kube-controller-manager's flags for DIR.
 func ControllerManagerArgs(dir string) ([]string, error) {
-	st, err := ReadState(dir)
-	if err != nil {
-		return nil, err
-	}
-	kc, err := kubeconfigOf(dir, "controller-manager", "system:kube-controller-manager")
-	if err != nil {
-		return nil, err
-	}
-	return []string{
-		"--kubeconfig=" + kc,
-		"--authentication-kubeconfig=" + kc,
-		"--authorization-kubeconfig=" + kc,
-		"--controllers=" + strings.Join(controllers, ","),
+	return clientArgs(dir, "controller-manager", "system:kube-controller-manager",
+		func(st *State) int { return st.ControllerManagerPort },
+		"--controllers="+strings.Join(controllers, ","),
 		// Each controller as its own service account with its bootstrap
 		// role, as kubeadm runs it.
 		"--use-service-account-credentials=true",
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", st.ControllerManagerPort),
-		"--profiling=false",
-		"--v=1",
-	}, nil
+	)
 }
 
 // SchedulerArgs are kube-scheduler's flags for DIR: the default profile,
 // whose DynamicResources plugin allocates claims.
 func SchedulerArgs(dir string) ([]string, error) {
+	return clientArgs(dir, "scheduler", "system:kube-scheduler",
+		func(st *State) int { return st.SchedulerPort })
+}
+
+// clientArgs are the flags kube-controller-manager and kube-scheduler share
+// for DIR: DIR/pki/NAME.kubeconfig (certificate NAME of USER) for the API
+// server and for delegated authentication and authorization, then extra,
+// then no leader election and the secure port port(DIR's state) on
+// 127.0.0.1 without profiling.
+func clientArgs(dir, name, user string, port func(*State) int, extra ...string) ([]string, error) {
 	st, err := ReadState(dir)
 	if err != nil {
 		return nil, err
 	}
-	kc, err := kubeconfigOf(dir, "scheduler", "system:kube-scheduler")
+	kc, err := kubeconfigOf(dir, name, user)
 	if err != nil {
 		return nil, err
 	}
-	return []string{
+	args := []string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
+	}
+	args = append(args, extra...)
+	return append(args,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", st.SchedulerPort),
+		fmt.Sprintf("--secure-port=%d", port(st)),
 		"--profiling=false",
 		"--v=1",
-	}, nil
+	), nil
 }
 
 // logFile is where a component's output goes.

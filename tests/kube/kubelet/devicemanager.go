@@ -31,7 +31,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	plugin "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 )
@@ -54,15 +53,12 @@ type dmArgs struct {
 	size      int
 	must      []string
 	available []string // nil: every healthy device
-	timeout   time.Duration
-	verbosity int
+	runFlags
 }
 
 func parseDeviceManagerArgs(args []string) (*dmArgs, error) {
-	fs := flag.NewFlagSet("device-manager", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, deviceManagerUsage) }
 	a := &dmArgs{}
+	fs := newFlagSet("device-manager", deviceManagerUsage, &a.runFlags)
 	var must, available string
 	availableSet := false
 	fs.StringVar(&a.dir, "dir", "", "the kubelet's device-plugins directory")
@@ -73,22 +69,14 @@ func parseDeviceManagerArgs(args []string) (*dmArgs, error) {
 		available, availableSet = s, true
 		return nil
 	})
-	fs.DurationVar(&a.timeout, "timeout", 60*time.Second, "bound on the whole run")
-	fs.IntVar(&a.verbosity, "v", 2, "klog verbosity of the kubelet's code")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "dir", "resource"); err != nil {
 		return nil, err
 	}
-	switch {
-	case fs.NArg() != 0:
-		return nil, fmt.Errorf("device-manager: unexpected argument %q", fs.Arg(0))
-	case a.dir == "":
-		return nil, errors.New("device-manager: --dir is required")
-	case a.resource == "":
-		return nil, errors.New("device-manager: --resource is required")
-	case a.size <= 0:
+	if a.size <= 0 {
 		return nil, fmt.Errorf("device-manager: --size must be at least 1 (got %d)", a.size)
-	case a.timeout <= 0:
-		return nil, errors.New("device-manager: --timeout must be positive")
+	}
+	if err := a.check("device-manager"); err != nil {
+		return nil, err
 	}
 	dir, err := filepath.Abs(a.dir)
 	if err != nil {
@@ -342,29 +330,20 @@ func isRefusal(r rejection) bool {
 
 // RunDeviceManager is the device-manager subcommand.
 func RunDeviceManager(args []string) error {
-	a, err := parseDeviceManagerArgs(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+	return runSubcommand(args, parseDeviceManagerArgs, runDeviceManager)
+}
 
+func runDeviceManager(a *dmArgs) error {
 	rec := &recorder{}
-	cfg := textlogger.NewConfig(textlogger.Verbosity(a.verbosity), textlogger.Output(os.Stderr))
-	sink := textlogger.NewLogger(cfg).GetSink()
-	logger := logr.New(recordingSink{LogSink: sink, rec: rec})
+	logger := logr.New(recordingSink{LogSink: a.textSink(), rec: rec})
 	// klog's own verbosity too: code logging through klog's global functions
 	// checks it before the logger's.
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	_ = kfs.Set("v", strconv.Itoa(a.verbosity))
 	_ = kfs.Set("logtostderr", "true")
-	klog.SetLogger(logger)
-	defer klog.ClearLogger()
-
-	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), a.timeout)
-	defer cancel()
+	ctx, finish := a.start(logger)
+	defer finish()
 
 	h := &dmHandler{resource: a.resource, ready: make(chan struct{})}
 	sock := filepath.Join(a.dir, "kubelet.sock")

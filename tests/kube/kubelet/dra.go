@@ -26,7 +26,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,7 +41,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
@@ -77,15 +75,12 @@ type draArgs struct {
 	cdiDir     string
 	unprepare  bool
 	hold       string
-	timeout    time.Duration
-	verbosity  int
+	runFlags
 }
 
 func parseDRAArgs(args []string) (*draArgs, error) {
-	fs := flag.NewFlagSet("kubelet-dra", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, draUsage) }
 	a := &draArgs{}
+	fs := newFlagSet("kubelet-dra", draUsage, &a.runFlags)
 	var pod string
 	fs.StringVar(&a.kubeconfig, "kubeconfig", "", "kubeconfig of system:node:NODE")
 	fs.StringVar(&a.node, "node", "", "the node's name")
@@ -95,24 +90,11 @@ func parseDRAArgs(args []string) (*draArgs, error) {
 	fs.StringVar(&a.cdiDir, "cdi-dir", "", "CDI spec directory to inject from")
 	fs.BoolVar(&a.unprepare, "unprepare", false, "unprepare the pod's claims at the end")
 	fs.StringVar(&a.hold, "hold-prepared", "", "write the JSON to FILE once prepared and wait until FILE is deleted")
-	fs.DurationVar(&a.timeout, "timeout", 60*time.Second, "bound on the whole run")
-	fs.IntVar(&a.verbosity, "v", 2, "klog verbosity of the kubelet's code")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "kubeconfig", "node", "root", "driver"); err != nil {
 		return nil, err
 	}
-	switch {
-	case fs.NArg() != 0:
-		return nil, fmt.Errorf("kubelet-dra: unexpected argument %q", fs.Arg(0))
-	case a.kubeconfig == "":
-		return nil, errors.New("kubelet-dra: --kubeconfig is required")
-	case a.node == "":
-		return nil, errors.New("kubelet-dra: --node is required")
-	case a.root == "":
-		return nil, errors.New("kubelet-dra: --root is required")
-	case a.driver == "":
-		return nil, errors.New("kubelet-dra: --driver is required")
-	case a.timeout <= 0:
-		return nil, errors.New("kubelet-dra: --timeout must be positive")
+	if err := a.check("kubelet-dra"); err != nil {
+		return nil, err
 	}
 	ns, name, ok := strings.Cut(pod, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -134,36 +116,27 @@ func parseDRAArgs(args []string) (*draArgs, error) {
 
 // RunDRA is the kubelet-dra subcommand.
 func RunDRA(args []string) error {
-	a, err := parseDRAArgs(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	out, err := runDRA(a)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return runSubcommand(args, parseDRAArgs, func(a *draArgs) error {
+		out, err := runDRA(a)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	})
 }
 
 func runDRA(a *draArgs) (*draOutput, error) {
 	podRef := a.namespace + "/" + a.pod
 	rec := &draRecorder{}
-	cfg := textlogger.NewConfig(textlogger.Verbosity(a.verbosity), textlogger.Output(os.Stderr))
-	sink := textlogger.NewLogger(cfg).GetSink()
+	sink := a.textSink()
 	if cd, ok := sink.(logr.CallDepthLogSink); ok {
 		sink = cd.WithCallDepth(1) // the recording wrapper's frame
 	}
 	logger := logr.New(draRecordingSink{sink, rec})
-	klog.SetLogger(logger)
-	defer klog.ClearLogger()
-
-	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), a.timeout)
-	defer cancel()
+	ctx, finish := a.start(logger)
+	defer finish()
 
 	restConfig, err := clientcmd.BuildConfigFromFlags("", a.kubeconfig)
 	if err != nil {

@@ -81,6 +81,15 @@ impl Tree {
         });
     }
 
+    /// Root port `rp` on host bridge `hb` (NUMA 0) with a GPU `ep` on
+    /// vfio-pci below it.
+    pub fn gpu_on_root_port(&mut self, hb: &str, rp: Bdf, ep: Bdf) {
+        use PciePortType::*;
+        let n = Some(0);
+        self.add(rp, hb, None, BRIDGE, Some(RootPort), n, None, "pcieport");
+        self.add(ep, hb, Some(rp), GPU, Some(Endpoint), n, None, "vfio-pci");
+    }
+
     pub fn done(mut self) -> Topology {
         self.topo.sort();
         self.topo
