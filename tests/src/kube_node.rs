@@ -103,14 +103,26 @@ impl SimNode {
         rdma_nics: &[&str],
         extra: &[&str],
     ) -> Self {
+        let node = Self::start_as(cp, name, fixture, rdma_nics, "vp2p-dra-driver", extra);
+        node.wait_published(cp);
+        node
+    }
+
+    /// [`Self::start_with`] as ServiceAccount `kube-system/<account>`,
+    /// without waiting for the slices.
+    pub fn start_as(
+        cp: &ControlPlane,
+        name: &str,
+        fixture: &str,
+        rdma_nics: &[&str],
+        account: &str,
+        extra: &[&str],
+    ) -> Self {
         let tmp = tempfile::tempdir().expect("a temporary directory");
         let tree = vfio_tree(fixture, tmp.path(), rdma_nics);
         cp.add_node(name, &[("vp2p.io/gpu-passthrough", "true")]);
         let kubeconfig = tmp.path().join("driver.kubeconfig");
-        cp.token_kubeconfig(
-            &cp.token("kube-system", "vp2p-dra-driver", Some(name)),
-            &kubeconfig,
-        );
+        cp.token_kubeconfig(&cp.token("kube-system", account, Some(name)), &kubeconfig);
         let mut node = Self {
             name: name.to_string(),
             tree,
@@ -121,7 +133,6 @@ impl SimNode {
             _tmp: tmp,
         };
         node.start_driver(extra);
-        node.wait_published(cp);
         node
     }
 

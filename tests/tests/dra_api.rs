@@ -183,9 +183,11 @@ fn conflicts_and_server_errors_are_reported_retried_and_the_driver_keeps_serving
             a["c2"].error
         );
     });
+    // Stopping leaves the node's slices published (an upgrade does not
+    // withdraw the devices).
     assert_eq!(sigterm(&mut p), Some(0));
     assert_eq!(
         api.slices().keys().collect::<Vec<_>>(),
-        ["node-a-gpu.nvidia.com-0"]
+        ["node-a-gpu.nvidia.com-0", SLICE]
     );
 }

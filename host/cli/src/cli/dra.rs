@@ -111,6 +111,10 @@ pub struct DriverArgs {
     /// How long a bind may take to show in sysfs, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     bind_timeout_ms: u64,
+    /// Delete this node's ResourceSlices of the driver from the API server
+    /// and exit (uninstall: a stopped driver leaves them published).
+    #[arg(long, conflicts_with = "claims_dir")]
+    remove_slices: bool,
 }
 
 #[derive(Debug, Args)]
@@ -150,6 +154,18 @@ pub fn run(args: DraArgs) -> anyhow::Result<()> {
 
 fn driver(args: DriverArgs) -> anyhow::Result<()> {
     use p2p_host_kube::dra_driver::{Settings, Source};
+    if args.remove_slices {
+        let n = p2p_host_kube::dra_driver::remove_slices(
+            args.kubeconfig.as_deref(),
+            &args.node_name,
+            &args.driver_name,
+        )?;
+        println!(
+            "removed {n} ResourceSlice(s) of {} on node {}",
+            args.driver_name, args.node_name
+        );
+        return Ok(());
+    }
     let selector = match args.gpu_class {
         Some(prefix) => p2p_shared::GpuSelector::Class { prefix },
         None => p2p_shared::GpuSelector::Nvidia,

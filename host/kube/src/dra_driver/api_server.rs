@@ -1,18 +1,28 @@
 //! The driver's API side, through the Kubernetes API server (kube-rs with
 //! k8s-openapi's `resource.k8s.io/v1` types, Kubernetes 1.34's API): the
 //! node's ResourceSlices published (created, replaced, the ones no longer
-//! built deleted), published again with a new pool generation when the
-//! node's devices change, removed on shutdown; and the ResourceClaims read at
-//! prepare. In a cluster the service account's credentials are used, else a
-//! kubeconfig.
+//! built deleted), owned by the node's Node object, published again with a
+//! new pool generation when the node's devices change, watched so that a
+//! slice edited or deleted from outside is put back, left in place when the
+//! driver stops (its next start adopts them) and removed only on request
+//! (uninstall); and the ResourceClaims read at prepare. In a cluster the
+//! service account's credentials are used, else a kubeconfig.
+//!
+//! Each call here is one verb of the shipped ClusterRole
+//! (host/kubernetes/dra/driver.yaml): slices list, watch, create, get,
+//! update, delete; claims get; nodes get.
 
 use std::path::Path;
+use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1 as k8s;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use p2p_shared::dra::claim::ResourceClaim;
 use p2p_shared::dra::ResourceSlice;
+use tokio_stream::StreamExt;
 
 use super::claims::{ClaimRef, ClaimSource};
 
@@ -44,6 +54,9 @@ pub enum ApiError {
 #[derive(Clone)]
 pub struct ApiServer {
     client: Client,
+    /// The resource versions of the slices this driver wrote last, so that
+    /// the watch tells its own writes from anyone else's.
+    written: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -97,7 +110,10 @@ impl ApiServer {
                 Client::try_from(config).map_err(|e| ApiError::Config(e.to_string()))?
             }
         };
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            written: Default::default(),
+        })
     }
 
     fn slices(&self) -> Api<k8s::ResourceSlice> {
@@ -124,15 +140,35 @@ impl ApiServer {
             .collect())
     }
 
+    /// The owner reference the slices of `node` carry: its Node object, so
+    /// that the garbage collector deletes them with the Node.
+    pub async fn node_owner(&self, node: &str) -> Result<OwnerReference, ApiError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let n = api
+            .get(node)
+            .await
+            .map_err(request(format!("reading Node {node}")))?;
+        Ok(OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: node.to_string(),
+            uid: n.metadata.uid.unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        })
+    }
+
     /// Whether the API server holds exactly `slices` for the driver on
     /// `node` (the same names, each with the same spec but its pool
-    /// generation): false when one was deleted (as the kubelet's DRA manager
-    /// does with a node's slices when it starts) or edited from outside.
+    /// generation, and owned by `owner` when given): false when one was
+    /// deleted (as the kubelet's DRA manager does with a node's slices when it
+    /// starts) or edited from outside.
     pub async fn holds(
         &self,
         node: &str,
         driver: &str,
         slices: &[ResourceSlice],
+        owner: Option<&OwnerReference>,
     ) -> Result<bool, ApiError> {
         let published = self.published(node, driver).await?;
         if published.len() != slices.len() {
@@ -163,6 +199,16 @@ impl ApiServer {
             if spec(as_json(&want)?) != spec(as_json(theirs)?) {
                 return Ok(false);
             }
+            if let Some(owner) = owner {
+                let owned = theirs
+                    .metadata
+                    .owner_references
+                    .as_ref()
+                    .is_some_and(|o| o.iter().any(|r| r.uid == owner.uid));
+                if !owned {
+                    return Ok(false);
+                }
+            }
         }
         Ok(true)
     }
@@ -178,21 +224,27 @@ impl ApiServer {
             .unwrap_or(0))
     }
 
-    /// Publishes `slices` (all of one pool): each created, or replaced when
-    /// it exists; the driver's other slices of the node deleted after.
+    /// Publishes `slices` (all of one pool), owned by `owner` when given:
+    /// each created, or replaced when it exists (a slice of an earlier run is
+    /// adopted so); the driver's other slices of the node deleted after.
     pub async fn publish(
         &self,
         node: &str,
         driver: &str,
         slices: &[ResourceSlice],
+        owner: Option<&OwnerReference>,
     ) -> Result<(), ApiError> {
         let api = self.slices();
         let pp = PostParams::default();
         for s in slices {
             let name = s.metadata.name.clone();
             let mut obj: k8s::ResourceSlice = convert(&format!("ResourceSlice {name}"), s)?;
+            obj.metadata.owner_references = owner.map(|o| vec![o.clone()]);
             match api.create(&pp, &obj).await {
-                Ok(_) => continue,
+                Ok(made) => {
+                    self.wrote(&made);
+                    continue;
+                }
                 Err(e) if status(&e) == Some(409) => {}
                 Err(e) => return Err(request(format!("creating ResourceSlice {name}"))(e)),
             }
@@ -202,9 +254,11 @@ impl ApiServer {
                 .await
                 .map_err(request(format!("reading ResourceSlice {name}")))?;
             obj.metadata.resource_version = current.metadata.resource_version;
-            api.replace(&name, &pp, &obj)
+            let replaced = api
+                .replace(&name, &pp, &obj)
                 .await
                 .map_err(request(format!("replacing ResourceSlice {name}")))?;
+            self.wrote(&replaced);
         }
         let keep: Vec<&str> = slices.iter().map(|s| s.metadata.name.as_str()).collect();
         for old in self.published(node, driver).await? {
@@ -218,6 +272,30 @@ impl ApiServer {
         Ok(())
     }
 
+    /// Remembers a slice as this driver wrote it (its resource version).
+    fn wrote(&self, slice: &k8s::ResourceSlice) {
+        if let Some(rv) = &slice.metadata.resource_version {
+            let mut w = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            // Versions whose event never came (a watch restarted) go
+            // eventually; a pool has at most a few slices.
+            if w.len() > 256 {
+                w.clear();
+            }
+            w.insert(rv.clone());
+        }
+    }
+
+    /// Whether the event of `slice` is of this driver's own write (then
+    /// forgotten: it is seen once).
+    fn own_write(&self, slice: &k8s::ResourceSlice) -> bool {
+        let mut w = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        slice
+            .metadata
+            .resource_version
+            .as_ref()
+            .is_some_and(|rv| w.remove(rv))
+    }
+
     async fn delete(&self, name: &str) -> Result<(), ApiError> {
         match self.slices().delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
@@ -226,7 +304,64 @@ impl ApiServer {
         }
     }
 
-    /// Deletes every slice of the driver on `node` (on shutdown).
+    /// Calls `changed` at every event of the driver's slices of `node` but
+    /// those of its own writes (a slice created, edited or deleted by anyone
+    /// else, or listed when a watch starts), watching again after an error or
+    /// the end of a watch, until `stop` is set.
+    pub async fn watch_slices(
+        &self,
+        node: &str,
+        driver: &str,
+        changed: impl Fn(),
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        log: fn(&str),
+    ) {
+        let wp = WatchParams::default()
+            .fields(&format!("spec.nodeName={node},spec.driver={driver}"))
+            .timeout(290);
+        loop {
+            match self.slices().watch(&wp, "0").await {
+                Ok(events) => {
+                    let mut events = std::pin::pin!(events);
+                    loop {
+                        let event = tokio::select! {
+                            e = events.next() => e,
+                            _ = stop.wait_for(|s| *s) => return,
+                        };
+                        match event {
+                            Some(Ok(WatchEvent::Bookmark(_))) => {}
+                            Some(Ok(WatchEvent::Error(e))) => {
+                                // 410 Gone after a long quiet: watched anew.
+                                if e.code != 410 {
+                                    log(&format!("watching the ResourceSlices: {e}"));
+                                }
+                                break;
+                            }
+                            Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => {
+                                if !self.own_write(&o) {
+                                    changed();
+                                }
+                            }
+                            Some(Ok(WatchEvent::Deleted(_))) => changed(),
+                            Some(Err(e)) => {
+                                log(&format!("watching the ResourceSlices: {e}"));
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                }
+                Err(e) => log(&format!("watching the ResourceSlices: {e}")),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Deletes every slice of the driver on `node` (`dra driver
+    /// --remove-slices`, at uninstall).
     pub async fn remove(&self, node: &str, driver: &str) -> Result<usize, ApiError> {
         let old = self.published(node, driver).await?;
         let mut n = 0;

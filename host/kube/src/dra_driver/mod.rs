@@ -7,9 +7,14 @@
 //! doubles a preparation.
 //!
 //! With the API server ([`serve_cluster`]) it also publishes the node's
-//! ResourceSlices, publishes them again with a new pool generation when the
-//! devices change (checked on a timer and at once on a kernel uevent),
-//! removes them on shutdown, and reads the claims there.
+//! ResourceSlices, owned by its Node, and publishes them again with a new
+//! pool generation when the devices change (checked on a timer and at once on
+//! a kernel uevent) or when the API server no longer holds them as published
+//! (watched); it reads the claims there. Stopping leaves the slices: an
+//! upgrade or a restart does not withdraw the node's devices, and the next
+//! start adopts them. The kubelet deletes them when the driver stays
+//! unregistered (30 s in 1.37), the garbage collector with the Node, and
+//! [`remove_slices`] on request.
 //!
 //! [`prepare`] is the node side without gRPC, [`server`] the services,
 //! [`claims`] where claims are read, [`api_server`] the API side, [`vfio`]
@@ -282,10 +287,12 @@ const SETTLE: Duration = Duration::from_millis(200);
 
 /// Publishes the node's slices whenever its devices differ from those last
 /// published (a GPU bound, unbound, appeared or gone: a new pool
-/// generation) or the API server no longer holds them as published,
-/// checking every `resync` and at once when `wake` is notified
-/// (a kernel uevent of a PCI function), until `stop`; an API server that
-/// fails is retried at the next check.
+/// generation) or the API server no longer holds them as published (deleted,
+/// edited, or not owned by the Node), checking every `resync` and at once
+/// when `wake` is notified (a kernel uevent of a PCI function, an event of
+/// the slices' watch), until `stop`; an API server that fails is retried at
+/// the next check. The first publication adopts the slices of an earlier
+/// run: the same names, the next pool generation.
 async fn publish_loop(
     api: api_server::ApiServer,
     settings: Settings,
@@ -305,8 +312,20 @@ async fn publish_loop(
             0
         }
     };
+    if generation > 0 {
+        log(&format!(
+            "adopting the published slices of pool generation {generation}"
+        ));
+    }
+    let mut owner = None;
     let mut last: Option<Vec<p2p_shared::dra::Device>> = None;
     loop {
+        if owner.is_none() {
+            match api.node_owner(&node).await {
+                Ok(o) => owner = Some(o),
+                Err(e) => log(&format!("the slices' owner: {e} (retried in {resync:?})")),
+            }
+        }
         let s = settings.clone();
         let next = generation + 1;
         match tokio::task::spawn_blocking(move || build(&s, next)).await {
@@ -317,7 +336,10 @@ async fn publish_loop(
                 // kubelet's DRA manager deletes a node's slices when it
                 // starts) or edited there: published again.
                 let lost = !changed
-                    && match api.holds(&node, &driver, &publication.slices).await {
+                    && match api
+                        .holds(&node, &driver, &publication.slices, owner.as_ref())
+                        .await
+                    {
                         Ok(held) => !held,
                         Err(e) => {
                             log(&format!("reading the published slices: {e}"));
@@ -330,7 +352,10 @@ async fn publish_loop(
                 if changed || lost {
                     // The generation advances only once published: a retry
                     // after a failure publishes the same one.
-                    match api.publish(&node, &driver, &publication.slices).await {
+                    match api
+                        .publish(&node, &driver, &publication.slices, owner.as_ref())
+                        .await
+                    {
                         Ok(()) => {
                             generation = next;
                             log(&format!(
@@ -359,7 +384,8 @@ async fn publish_loop(
 }
 
 /// [`serve`] with the API server: claims read there, the slices published
-/// (every `resync`, when they change) and removed when `shutdown` resolves.
+/// (every `resync`, when they change, when the API server's copy differs)
+/// and left published when `shutdown` resolves.
 pub async fn serve_cluster(
     settings: Settings,
     api: api_server::ApiServer,
@@ -384,6 +410,20 @@ pub async fn serve_cluster(
             "kernel uevents not available ({e}): device changes are checked every {resync:?} only"
         )),
     }
+    let notify = wake.clone();
+    let watcher = {
+        let (api, s, stop) = (api.clone(), settings.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            api.watch_slices(
+                &s.node_name,
+                &s.driver_name,
+                move || notify.notify_one(),
+                stop,
+                s.log,
+            )
+            .await
+        })
+    };
     let publisher = tokio::spawn(publish_loop(
         api.clone(),
         settings.clone(),
@@ -397,12 +437,33 @@ pub async fn serve_cluster(
     })
     .await;
     let _ = publisher.await;
+    let _ = watcher.await;
     uevents_stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    match api.remove(&settings.node_name, &settings.driver_name).await {
-        Ok(n) => (settings.log)(&format!("removed {n} ResourceSlice(s)")),
-        Err(e) => (settings.log)(&format!("removing the slices: {e}")),
-    }
+    (settings.log)(
+        "the node's ResourceSlices stay published: the next start adopts them \
+         (`dra driver --remove-slices` removes them at uninstall)",
+    );
     served
+}
+
+/// Deletes the driver's ResourceSlices of the node (uninstall), with
+/// `kubeconfig` or the pod's credentials; the number deleted.
+pub fn remove_slices(
+    kubeconfig: Option<&Path>,
+    node: &str,
+    driver: &str,
+) -> Result<usize, DriverError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let api = api_server::ApiServer::connect(kubeconfig)
+            .await
+            .map_err(|e| DriverError::Setup(e.to_string()))?;
+        api.remove(node, driver)
+            .await
+            .map_err(|e| DriverError::Setup(e.to_string()))
+    })
 }
 
 /// Where claims come from, and whether slices are published.
