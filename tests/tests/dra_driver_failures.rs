@@ -287,3 +287,48 @@ fn a_restart_mid_prepare_neither_loses_nor_doubles_the_preparation() {
 }
 
 type BTreeAnswer = std::collections::BTreeMap<String, ClaimAnswer>;
+
+/// A claim whose request name would climb out of the metadata directory
+/// (`../../escaped`: the API server refuses such a name, so only a stand-in
+/// claim can carry it) is refused naming the request, and nothing is
+/// written anywhere, inside the metadata directory or beside it; a claim
+/// with Kubernetes' names is prepared after it.
+#[test]
+fn a_request_name_that_would_climb_out_of_its_directory_is_refused() {
+    let d = Dirs::new();
+    let tree = vfio_tree(&d.root);
+    let dev = device("0000:28:00.0");
+    d.claim("vms", "climb", "u7", &[("../../escaped", DRIVER, &dev)]);
+    d.claim("vms", "good", "u8", &[("gpu-0", DRIVER, &dev)]);
+    let _p = start(&d, &tree, &[]);
+    rt().block_on(async {
+        register(&d.reg_socket(), None).await;
+        let mut dra = Dra::v1(&d.dra_socket()).await;
+        let a = dra.prepare(&[("vms", "climb", "u7")]).await.unwrap();
+        assert!(
+            a["u7"].error.contains("request name \"../../escaped\""),
+            "{}",
+            a["u7"].error
+        );
+        let a = dra.prepare(&[("vms", "good", "u8")]).await.unwrap();
+        assert_eq!(a["u8"].error, "");
+    });
+    let escaped: Vec<_> = walk(&d.root)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("escaped"))
+        .collect();
+    assert!(escaped.is_empty(), "written outside: {escaped:?}");
+}
+
+/// Every path below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}

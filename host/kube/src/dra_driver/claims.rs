@@ -8,7 +8,8 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-use p2p_shared::dra::claim::ResourceClaim;
+use p2p_shared::dra::claim::{ResourceClaim, POD_CLAIM_NAME_ANNOTATION};
+use p2p_shared::dra::names::is_dns_label;
 
 /// A claim as the kubelet names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +30,38 @@ impl std::fmt::Display for ClaimRef {
             self.namespace, self.name, self.uid
         )
     }
+}
+
+/// Checks the names of `object` that the driver makes parts of paths (the
+/// host's metadata directory, the container's mount point), as Kubernetes
+/// makes them: each request of `driver`'s results a DNS label of at most 63
+/// characters, or two joined by `/` (`<request>/<subrequest>` of a
+/// prioritized list), and the pod's claim name in the
+/// `resource.kubernetes.io/pod-claim-name` annotation a DNS label. A name
+/// the API server would not have accepted is refused, named, before any
+/// file is written.
+pub fn check_path_names(
+    claim: &ClaimRef,
+    object: &ResourceClaim,
+    driver: &str,
+) -> Result<(), String> {
+    for r in object.results().iter().filter(|r| r.driver == driver) {
+        let parts: Vec<&str> = r.request.split('/').collect();
+        if parts.len() > 2 || !parts.iter().all(|p| is_dns_label(p, 63)) {
+            return Err(format!(
+                "{claim}: request name {:?} is not a DNS label or two joined by '/'",
+                r.request
+            ));
+        }
+    }
+    if let Some(p) = object.metadata.annotations.get(POD_CLAIM_NAME_ANNOTATION) {
+        if !is_dns_label(p, 63) {
+            return Err(format!(
+                "{claim}: annotation {POD_CLAIM_NAME_ANNOTATION} {p:?} is not a DNS label"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A source of ResourceClaim objects.
@@ -82,6 +115,50 @@ impl ClaimSource for ClaimDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn allocated(requests: &[&str], pod_claim: Option<&str>) -> ResourceClaim {
+        let results: Vec<serde_json::Value> = requests
+            .iter()
+            .map(|r| {
+                serde_json::json!({"request": r, "driver": "gpu.vp2p.io",
+                "pool": "n", "device": "gpu-0000-01-00-0"})
+            })
+            .collect();
+        let mut ann = serde_json::Map::new();
+        if let Some(p) = pod_claim {
+            ann.insert(POD_CLAIM_NAME_ANNOTATION.into(), p.into());
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ns", "name": "c", "uid": "u1", "annotations": ann},
+            "status": {"allocation": {"devices": {"results": results}}}
+        }))
+        .expect("a claim")
+    }
+
+    /// Kubernetes' names pass (a DNS label; `<request>/<subrequest>`); a
+    /// request or pod claim name that would climb out of its directory, or
+    /// name one more level, is refused naming it (Kubernetes 1.37: request
+    /// and subrequest names are DNS labels, as is a pod's claim name).
+    #[test]
+    fn names_that_become_paths_are_checked_as_kubernetes_makes_them() {
+        let c = claim("ns", "c");
+        let ok = allocated(&["gpu-0", "gpus/tier-1"], Some("devices"));
+        assert_eq!(check_path_names(&c, &ok, "gpu.vp2p.io"), Ok(()));
+        for bad in ["..", "../../etc", "a/b/c", "GPU", "", "a/"] {
+            let e = check_path_names(&c, &allocated(&[bad], None), "gpu.vp2p.io").unwrap_err();
+            assert!(e.contains(&format!("request name {bad:?}")), "{e}");
+        }
+        // Another driver's requests are not this driver's to judge.
+        assert_eq!(
+            check_path_names(&c, &allocated(&["../x"], None), "gpu.other.io"),
+            Ok(())
+        );
+        for bad in ["../x", "a/b", "X"] {
+            let e =
+                check_path_names(&c, &allocated(&["gpu-0"], Some(bad)), "gpu.vp2p.io").unwrap_err();
+            assert!(e.contains("pod-claim-name") && e.contains(bad), "{e}");
+        }
+    }
 
     fn claim(ns: &str, name: &str) -> ClaimRef {
         ClaimRef {

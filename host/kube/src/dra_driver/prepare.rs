@@ -166,6 +166,7 @@ impl Driver {
                 )
             }));
         }
+        super::claims::check_path_names(claim, object, &s.driver_name).map_err(ClaimError)?;
         let (topo, publication) = super::build(s, 0)
             .map_err(|e| ClaimError(format!("{claim}: this node's devices: {e}")))?;
         let mut out = Vec::new();
