@@ -288,16 +288,19 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Publishes the node's slices whenever its devices differ from those last
 /// published (a GPU bound, unbound, appeared or gone: a new pool
 /// generation) or the API server no longer holds them as published (deleted,
-/// edited, or not owned by the Node), checking every `resync` and at once
-/// when `wake` is notified (a kernel uevent of a PCI function, an event of
-/// the slices' watch), until `stop`; an API server that fails is retried at
-/// the next check. The first publication adopts the slices of an earlier
-/// run: the same names, the next pool generation.
+/// edited, or not owned by the Node), checking the devices every `resync`
+/// and at once when `devices` is notified (a kernel uevent of a PCI
+/// function), and the API server's copy at once when `api` is notified (an
+/// event of the slices' watch: that check reads no sysfs), until `stop`; an
+/// API server that fails is retried at the next check. The first
+/// publication adopts the slices of an earlier run: the same names, the next
+/// pool generation.
 async fn publish_loop(
     api: api_server::ApiServer,
     settings: Settings,
     resync: Duration,
-    wake: Arc<tokio::sync::Notify>,
+    devices_changed: Arc<tokio::sync::Notify>,
+    api_changed: Arc<tokio::sync::Notify>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let (node, driver, log) = (
@@ -318,7 +321,12 @@ async fn publish_loop(
         ));
     }
     let mut owner = None;
-    let mut last: Option<Vec<p2p_shared::dra::Device>> = None;
+    // The devices and slices last published.
+    let mut last: Option<(
+        Vec<p2p_shared::dra::Device>,
+        Vec<p2p_shared::dra::ResourceSlice>,
+    )> = None;
+    let mut api_only = false;
     loop {
         if owner.is_none() {
             match api.node_owner(&node).await {
@@ -326,61 +334,82 @@ async fn publish_loop(
                 Err(e) => log(&format!("the slices' owner: {e} (retried in {resync:?})")),
             }
         }
-        let s = settings.clone();
         let next = generation + 1;
-        match tokio::task::spawn_blocking(move || build(&s, next)).await {
-            Ok(Ok((_, publication))) => {
-                let devices: Vec<_> = publication.devices().cloned().collect();
-                let changed = last.as_ref() != Some(&devices);
-                // Unchanged devices, but gone from the API server (the
-                // kubelet's DRA manager deletes a node's slices when it
-                // starts) or edited there: published again.
-                let lost = !changed
-                    && match api
-                        .holds(&node, &driver, &publication.slices, owner.as_ref())
-                        .await
-                    {
-                        Ok(held) => !held,
-                        Err(e) => {
-                            log(&format!("reading the published slices: {e}"));
-                            false
-                        }
-                    };
-                if lost {
-                    log("the API server no longer holds the published slices: publishing again");
+        // What to publish, if anything: the devices read now, or (on an API
+        // event) the last publication again.
+        let candidate = if api_only {
+            last.clone()
+        } else {
+            let s = settings.clone();
+            match tokio::task::spawn_blocking(move || build(&s, next)).await {
+                Ok(Ok((_, publication))) => {
+                    Some((publication.devices().cloned().collect(), publication.slices))
                 }
-                if changed || lost {
-                    // The generation advances only once published: a retry
-                    // after a failure publishes the same one.
-                    match api
-                        .publish(&node, &driver, &publication.slices, owner.as_ref())
-                        .await
-                    {
-                        Ok(()) => {
-                            generation = next;
-                            log(&format!(
-                                "published {} device(s) in {} slice(s), pool generation {generation}",
-                                devices.len(),
-                                publication.slices.len()
-                            ));
-                            last = Some(devices);
-                        }
-                        Err(e) => log(&format!("publishing: {e} (retried in {resync:?})")),
-                    }
+                Ok(Err(e)) => {
+                    log(&format!("building the slices: {e}"));
+                    None
+                }
+                Err(e) => {
+                    log(&format!("building the slices: {e}"));
+                    None
                 }
             }
-            Ok(Err(e)) => log(&format!("building the slices: {e}")),
-            Err(e) => log(&format!("building the slices: {e}")),
+        };
+        if let Some((devices, mut slices)) = candidate {
+            let changed = last.as_ref().map(|(d, _)| d) != Some(&devices);
+            // Unchanged devices, but gone from the API server (the kubelet's
+            // DRA manager deletes a node's slices when it starts) or edited
+            // there: published again.
+            let lost = !changed
+                && match api.holds(&node, &driver, &slices, owner.as_ref()).await {
+                    Ok(held) => !held,
+                    Err(e) => {
+                        log(&format!("reading the published slices: {e}"));
+                        false
+                    }
+                };
+            if lost {
+                log("the API server no longer holds the published slices: publishing again");
+            }
+            if changed || lost {
+                for s in &mut slices {
+                    s.spec.pool.generation = next;
+                }
+                // The generation advances only once published: a retry after
+                // a failure publishes the same one.
+                match api.publish(&node, &driver, &slices, owner.as_ref()).await {
+                    Ok(()) => {
+                        generation = next;
+                        log(&format!(
+                            "published {} device(s) in {} slice(s), pool generation {generation}",
+                            devices.len(),
+                            slices.len()
+                        ));
+                        last = Some((devices, slices));
+                    }
+                    Err(e) => log(&format!("publishing: {e} (retried in {resync:?})")),
+                }
+            }
         }
         let woken = tokio::select! {
-            _ = tokio::time::sleep(resync) => false,
-            _ = wake.notified() => true,
+            _ = tokio::time::sleep(resync) => Woken::Timer,
+            _ = devices_changed.notified() => Woken::Devices,
+            _ = api_changed.notified() => Woken::Api,
             _ = stop.wait_for(|s| *s) => break,
         };
-        if woken {
+        if woken == Woken::Devices {
             tokio::time::sleep(SETTLE).await;
         }
+        api_only = woken == Woken::Api;
     }
+}
+
+/// What woke the publisher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woken {
+    Timer,
+    Devices,
+    Api,
 }
 
 /// [`serve`] with the API server: claims read there, the slices published
@@ -410,7 +439,8 @@ pub async fn serve_cluster(
             "kernel uevents not available ({e}): device changes are checked every {resync:?} only"
         )),
     }
-    let notify = wake.clone();
+    let api_changed = Arc::new(tokio::sync::Notify::new());
+    let notify = api_changed.clone();
     let watcher = {
         let (api, s, stop) = (api.clone(), settings.clone(), stop_rx.clone());
         tokio::spawn(async move {
@@ -429,6 +459,7 @@ pub async fn serve_cluster(
         settings.clone(),
         resync,
         wake,
+        api_changed,
         stop_rx,
     ));
     let served = serve(settings.clone(), Box::new(claims), async move {
