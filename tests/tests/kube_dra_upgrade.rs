@@ -215,14 +215,7 @@ fn a_slice_deleted_or_edited_by_hand_is_back_within_seconds() {
     eprintln!("deleted slice back in {:.1} s", t.elapsed().as_secs_f64());
     assert_eq!(back["spec"]["devices"], want);
     let t = Instant::now();
-    cp.kubectl(&[
-        "patch",
-        "resourceslice",
-        &name,
-        "--type=json",
-        "-p",
-        r#"[{"op": "remove", "path": "/spec/devices/0"}]"#,
-    ]);
+    drop_first_device(cp, &name);
     let back = at_generation(cp, &node, 3, Duration::from_secs(10));
     eprintln!("edited slice back in {:.1} s", t.elapsed().as_secs_f64());
     assert_eq!(back["spec"]["devices"], want);
@@ -250,19 +243,7 @@ fn the_slices_go_with_their_node_or_on_request() {
     at_generation(cp, &node, 1, Duration::from_secs(30));
     assert_eq!(node.terminate(), Some(0));
     assert_eq!(node.slices(cp).len(), 1, "left by the stop");
-    let out = Command::new(binary("p2p-host"))
-        .args([
-            "dra",
-            "driver",
-            "--node-name",
-            "upgrade-d",
-            "--remove-slices",
-        ])
-        .arg("--kubeconfig")
-        .arg(&node.kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .output()
-        .unwrap();
+    let out = remove_slices(&node);
     assert!(
         out.status.success(),
         "{}",
@@ -273,6 +254,36 @@ fn the_slices_go_with_their_node_or_on_request() {
         format!("removed 1 ResourceSlice(s) of {DRIVER} on node upgrade-d\n")
     );
     assert!(node.slices(cp).is_empty());
+}
+
+/// Edits slice `name` by hand: its first device removed.
+fn drop_first_device(cp: &ControlPlane, name: &str) {
+    cp.kubectl(&[
+        "patch",
+        "resourceslice",
+        name,
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/devices/0"}]"#,
+    ]);
+}
+
+/// `p2p-host dra driver --remove-slices` for `node`, with its driver's
+/// credentials.
+fn remove_slices(node: &SimNode) -> std::process::Output {
+    Command::new(binary("p2p-host"))
+        .args([
+            "dra",
+            "driver",
+            "--node-name",
+            &node.name,
+            "--remove-slices",
+        ])
+        .arg("--kubeconfig")
+        .arg(&node.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("p2p-host runs")
 }
 
 /// A ResourceSlice of `node` as the driver writes one.
@@ -353,18 +364,24 @@ fn each_nodes_driver_may_write_only_its_own_nodes_slices() {
     .expect("B deletes its own slice");
 }
 
-/// The shipped ClusterRole's rules as (resource, verb) pairs.
-fn shipped_rules() -> Vec<(String, String)> {
+/// The shipped ClusterRole (host/kubernetes/dra/driver.yaml).
+fn shipped_role() -> Value {
     let text =
         std::fs::read_to_string(repo_root().join("host/kubernetes/dra/driver.yaml")).unwrap();
     let role = p2p_tests::yaml_documents(&text)
         .into_iter()
         .find(|d| d["kind"] == "ClusterRole")
         .expect("the ClusterRole");
+    serde_json::to_value(role).unwrap()
+}
+
+/// The shipped ClusterRole's rules as (resource, verb) pairs.
+fn shipped_rules() -> Vec<(String, String)> {
+    let role = shipped_role();
     let mut pairs = Vec::new();
-    for rule in role["rules"].as_sequence().unwrap() {
-        for r in rule["resources"].as_sequence().unwrap() {
-            for v in rule["verbs"].as_sequence().unwrap() {
+    for rule in role["rules"].as_array().unwrap() {
+        for r in rule["resources"].as_array().unwrap() {
+            for v in rule["verbs"].as_array().unwrap() {
                 pairs.push((r.as_str().unwrap().into(), v.as_str().unwrap().into()));
             }
         }
@@ -374,13 +391,7 @@ fn shipped_rules() -> Vec<(String, String)> {
 
 /// The ClusterRole without `verb` on `resource`, named `name`.
 fn role_without(name: &str, resource: &str, verb: &str) -> Value {
-    let text =
-        std::fs::read_to_string(repo_root().join("host/kubernetes/dra/driver.yaml")).unwrap();
-    let role = p2p_tests::yaml_documents(&text)
-        .into_iter()
-        .find(|d| d["kind"] == "ClusterRole")
-        .unwrap();
-    let mut role: Value = serde_json::to_value(role).unwrap();
+    let mut role = shipped_role();
     role["metadata"]["name"] = json!(name);
     let rules = role["rules"].as_array_mut().unwrap();
     for rule in rules.iter_mut() {
@@ -433,14 +444,7 @@ fn lifecycle(cp: &ControlPlane, node: &str, account: &str, limit: Duration) -> O
     if !within(&mut || one(&sim).is_some()) {
         return Some("put back a deleted slice".into());
     }
-    cp.kubectl(&[
-        "patch",
-        "resourceslice",
-        &name,
-        "--type=json",
-        "-p",
-        r#"[{"op": "remove", "path": "/spec/devices/0"}]"#,
-    ]);
+    drop_first_device(cp, &name);
     if !within(&mut || {
         one(&sim).is_some_and(|s| s["spec"]["devices"].as_array().unwrap().len() == 3)
     }) {
@@ -468,13 +472,7 @@ fn lifecycle(cp: &ControlPlane, node: &str, account: &str, limit: Duration) -> O
         return Some(format!("prepare: {}", answer[&uid].error));
     }
     assert_eq!(sim.terminate(), Some(0));
-    let out = Command::new(binary("p2p-host"))
-        .args(["dra", "driver", "--node-name", node, "--remove-slices"])
-        .arg("--kubeconfig")
-        .arg(&sim.kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .output()
-        .unwrap();
+    let out = remove_slices(&sim);
     if !out.status.success() || !sim.slices(cp).is_empty() {
         return Some(format!(
             "remove the slices: {}",
