@@ -54,9 +54,6 @@ pub enum ApiError {
 #[derive(Clone)]
 pub struct ApiServer {
     client: Client,
-    /// The resource versions of the slices this driver wrote last, so that
-    /// the watch tells its own writes from anyone else's.
-    written: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -110,10 +107,7 @@ impl ApiServer {
                 Client::try_from(config).map_err(|e| ApiError::Config(e.to_string()))?
             }
         };
-        Ok(Self {
-            client,
-            written: Default::default(),
-        })
+        Ok(Self { client })
     }
 
     fn slices(&self) -> Api<k8s::ResourceSlice> {
@@ -241,10 +235,7 @@ impl ApiServer {
             let mut obj: k8s::ResourceSlice = convert(&format!("ResourceSlice {name}"), s)?;
             obj.metadata.owner_references = owner.map(|o| vec![o.clone()]);
             match api.create(&pp, &obj).await {
-                Ok(made) => {
-                    self.wrote(&made);
-                    continue;
-                }
+                Ok(_) => continue,
                 Err(e) if status(&e) == Some(409) => {}
                 Err(e) => return Err(request(format!("creating ResourceSlice {name}"))(e)),
             }
@@ -254,11 +245,9 @@ impl ApiServer {
                 .await
                 .map_err(request(format!("reading ResourceSlice {name}")))?;
             obj.metadata.resource_version = current.metadata.resource_version;
-            let replaced = api
-                .replace(&name, &pp, &obj)
+            api.replace(&name, &pp, &obj)
                 .await
                 .map_err(request(format!("replacing ResourceSlice {name}")))?;
-            self.wrote(&replaced);
         }
         let keep: Vec<&str> = slices.iter().map(|s| s.metadata.name.as_str()).collect();
         for old in self.published(node, driver).await? {
@@ -272,30 +261,6 @@ impl ApiServer {
         Ok(())
     }
 
-    /// Remembers a slice as this driver wrote it (its resource version).
-    fn wrote(&self, slice: &k8s::ResourceSlice) {
-        if let Some(rv) = &slice.metadata.resource_version {
-            let mut w = self.written.lock().unwrap_or_else(|e| e.into_inner());
-            // Versions whose event never came (a watch restarted) go
-            // eventually; a pool has at most a few slices.
-            if w.len() > 256 {
-                w.clear();
-            }
-            w.insert(rv.clone());
-        }
-    }
-
-    /// Whether the event of `slice` is of this driver's own write (then
-    /// forgotten: it is seen once).
-    fn own_write(&self, slice: &k8s::ResourceSlice) -> bool {
-        let mut w = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        slice
-            .metadata
-            .resource_version
-            .as_ref()
-            .is_some_and(|rv| w.remove(rv))
-    }
-
     async fn delete(&self, name: &str) -> Result<(), ApiError> {
         match self.slices().delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
@@ -304,10 +269,10 @@ impl ApiServer {
         }
     }
 
-    /// Calls `changed` at every event of the driver's slices of `node` but
-    /// those of its own writes (a slice created, edited or deleted by anyone
-    /// else, or listed when a watch starts), watching again after an error or
-    /// the end of a watch, until `stop` is set.
+    /// Calls `changed` at every event of the driver's slices of `node` (its
+    /// own writes too: the caller only compares the API server's copy with
+    /// what it published), watching again after an error or the end of a
+    /// watch, until `stop` is set.
     pub async fn watch_slices(
         &self,
         node: &str,
@@ -337,12 +302,7 @@ impl ApiServer {
                                 }
                                 break;
                             }
-                            Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => {
-                                if !self.own_write(&o) {
-                                    changed();
-                                }
-                            }
-                            Some(Ok(WatchEvent::Deleted(_))) => changed(),
+                            Some(Ok(_)) => changed(),
                             Some(Err(e)) => {
                                 log(&format!("watching the ResourceSlices: {e}"));
                                 break;
