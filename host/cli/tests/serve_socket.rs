@@ -56,7 +56,7 @@ fn stale_sockets_are_replaced_live_ones_and_other_files_refused() {
     let dir = tempfile::tempdir().unwrap();
     // Stale: bound once, nobody listening any more.
     let stale = dir.path().join("stale.sock");
-    drop(UnixListener::bind(&stale).unwrap());
+    bind_without_listening(&stale);
     let (_l, _) = bind_socket(&stale, SocketMode::OWNER_ONLY).expect("a stale socket is replaced");
     // Live: somebody listens there.
     let live = dir.path().join("live.sock");
@@ -291,4 +291,34 @@ fn vfio_user_server_alone_dies_on_a_short_version() {
         t.join().is_err(),
         "vfio_user::Server survived a capability-less VERSION"
     );
+}
+
+/// Leaves a socket file at `path` that nobody listens on. A listener bound and
+/// dropped is not enough while other tests spawn children: a fork between
+/// its bind and its close keeps it listening until that child's exec.
+fn bind_without_listening(path: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    assert!(bytes.len() < addr.sun_path.len(), "{} too long", path.display());
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: plain socket(2); the descriptor is checked and closed below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: addr is a filled sockaddr_un of the size passed; fd is ours.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+        )
+    };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: fd came from socket(2) above and is closed once.
+    unsafe { libc::close(fd) };
+    assert_eq!(rc, 0, "bind {}: {err}", path.display());
 }
