@@ -43,7 +43,7 @@ static CLAIM: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 struct InputClaims;
 
 impl ClaimSource for InputClaims {
-    fn claim(&self, _claim: &ClaimRef) -> Result<ResourceClaim, String> {
+    fn claim(&self, _claim: &ClaimRef, _within: std::time::Duration) -> Result<ResourceClaim, String> {
         let bytes = CLAIM.lock().unwrap_or_else(|e| e.into_inner());
         serde_json::from_slice(&bytes).map_err(|e| e.to_string())
     }

@@ -7,6 +7,7 @@
 //! `driver_override` says (Documentation/ABI/testing/sysfs-bus-pci).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -114,6 +115,9 @@ fn claims_request(api: &Api, message: &str, claims: &[ClaimId]) -> Vec<u8> {
 pub struct Dra {
     client: Client,
     api: &'static Api,
+    /// The deadline each call is sent with (the kubelet's is 45 s); none
+    /// unless set.
+    pub timeout: Option<Duration>,
 }
 
 impl Dra {
@@ -122,6 +126,7 @@ impl Dra {
         Self {
             client: Client::connect(socket).await,
             api,
+            timeout: None,
         }
     }
 
@@ -139,7 +144,11 @@ impl Dra {
         let body = claims_request(t, "NodePrepareResourcesRequest", claims);
         let raw = self
             .client
-            .unary(t.method("DRAPlugin", "NodePrepareResources").path, body)
+            .unary_within(
+                t.method("DRAPlugin", "NodePrepareResources").path,
+                body,
+                self.timeout,
+            )
             .await?
             .into_inner();
         let d = Decoded::parse(&raw).expect("a NodePrepareResourcesResponse");
@@ -178,7 +187,11 @@ impl Dra {
         let body = claims_request(t, "NodeUnprepareResourcesRequest", claims);
         let raw = self
             .client
-            .unary(t.method("DRAPlugin", "NodeUnprepareResources").path, body)
+            .unary_within(
+                t.method("DRAPlugin", "NodeUnprepareResources").path,
+                body,
+                self.timeout,
+            )
             .await?
             .into_inner();
         let d = Decoded::parse(&raw).expect("a NodeUnprepareResourcesResponse");
@@ -225,6 +238,8 @@ fn entries(api: &Api, d: &Decoded, message: &str) -> Vec<(String, Decoded)> {
 /// vfio-pci, as a kernel with VFIO_DEVICE_CDEV does), or back at the driver
 /// it had when the stand-in started when the override is cleared. Functions
 /// in `held` are not probed until released; those in `refused` never.
+/// `drivers_probe` is a FIFO the stand-in reads, so that probes written at
+/// once by claims prepared at once are each seen.
 pub struct Kernel {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -275,38 +290,74 @@ impl Kernel {
         let refused = Arc::new(Mutex::new(BTreeSet::new()));
         let probes = Arc::new(Mutex::new(Vec::new()));
         let (s, h, r, p) = (stop.clone(), held.clone(), refused.clone(), probes.clone());
+        // The bus's probe file as a FIFO: each write(2) of a function's
+        // address arrives whole and none overwrites another (the kernel takes
+        // each write as its own probe), so claims bound at once are all seen.
+        let probe = tree.join("bus/pci/drivers_probe");
+        let _ = std::fs::remove_file(&probe);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&probe)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success(), "mkfifo {}", probe.display());
+        // Read and write, so that the FIFO has a reader from now on (a writer
+        // never blocks in open) and reads find no end when writers close.
+        let mut fifo = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&probe)
+            .expect("the probe FIFO opens");
         let thread = std::thread::spawn(move || {
-            let probe = tree.join("bus/pci/drivers_probe");
+            use std::io::Read;
             let mut minor = 0;
+            let mut text = String::new();
+            let mut pending: Vec<String> = Vec::new();
             while !s.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(2));
-                let Ok(text) = std::fs::read_to_string(&probe) else {
-                    continue;
-                };
-                let bdf = text.trim().to_string();
-                if bdf.is_empty() || h.lock().unwrap().contains(&bdf) {
-                    continue;
-                }
-                let _ = std::fs::remove_file(&probe);
-                if r.lock().unwrap().contains(&bdf) {
-                    continue;
-                }
-                let dir = function_dir(&tree, &bdf);
-                let over = std::fs::read_to_string(dir.join("driver_override")).unwrap_or_default();
-                let over = over.trim();
-                let driver = if over.is_empty() {
-                    original.get(&bdf).cloned()
-                } else {
-                    Some(over.to_string())
-                };
-                let _ = std::fs::remove_dir_all(dir.join("vfio-dev"));
-                if let Some(d) = driver {
-                    relink(&tree, &bdf, &d);
-                    if d == "vfio-pci" {
-                        std::fs::create_dir_all(dir.join(format!("vfio-dev/vfio{minor}"))).unwrap();
-                        minor += 1;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = fifo.read(&mut buf) {
+                    if n == 0 {
+                        break;
                     }
-                    p.lock().unwrap().push((bdf, d));
+                    text.extend(buf[..n].iter().map(|&b| b as char));
+                }
+                // Addresses are written without separators: 12 characters
+                // each ("0000:27:00.0"); whitespace between them is skipped.
+                text.retain(|c| !c.is_whitespace());
+                while text.len() >= 12 {
+                    pending.push(text.drain(..12).collect());
+                }
+                let ready: Vec<String> = {
+                    let held = h.lock().unwrap();
+                    let (ready, waiting): (Vec<_>, Vec<_>) =
+                        pending.drain(..).partition(|b| !held.contains(b));
+                    pending = waiting;
+                    ready
+                };
+                for bdf in ready {
+                    if r.lock().unwrap().contains(&bdf) {
+                        continue;
+                    }
+                    let dir = function_dir(&tree, &bdf);
+                    let over =
+                        std::fs::read_to_string(dir.join("driver_override")).unwrap_or_default();
+                    let over = over.trim();
+                    let driver = if over.is_empty() {
+                        original.get(&bdf).cloned()
+                    } else {
+                        Some(over.to_string())
+                    };
+                    let _ = std::fs::remove_dir_all(dir.join("vfio-dev"));
+                    if let Some(d) = driver {
+                        relink(&tree, &bdf, &d);
+                        if d == "vfio-pci" {
+                            std::fs::create_dir_all(dir.join(format!("vfio-dev/vfio{minor}")))
+                                .unwrap();
+                            minor += 1;
+                        }
+                        p.lock().unwrap().push((bdf, d));
+                    }
                 }
             }
         });

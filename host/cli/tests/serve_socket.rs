@@ -301,7 +301,11 @@ fn bind_without_listening(path: &std::path::Path) {
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    assert!(bytes.len() < addr.sun_path.len(), "{} too long", path.display());
+    assert!(
+        bytes.len() < addr.sun_path.len(),
+        "{} too long",
+        path.display()
+    );
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
         *dst = *src as libc::c_char;

@@ -84,9 +84,24 @@ impl Client {
 
     /// Calls the unary method `path` with `body`; the response's bytes.
     pub async fn unary(&mut self, path: &str, body: Vec<u8>) -> Result<Response<Vec<u8>>, Status> {
+        self.unary_within(path, body, None).await
+    }
+
+    /// [`Client::unary`] with a deadline, sent as gRPC sends a context's
+    /// (the `grpc-timeout` header), as the kubelet calls a DRA driver.
+    pub async fn unary_within(
+        &mut self,
+        path: &str,
+        body: Vec<u8>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Response<Vec<u8>>, Status> {
         self.0.ready().await.expect("channel ready");
         let path = PathAndQuery::try_from(path.to_string()).expect("a method path");
-        self.0.unary(Request::new(body), path, Bytes).await
+        let mut req = Request::new(body);
+        if let Some(t) = timeout {
+            req.set_timeout(t);
+        }
+        self.0.unary(req, path, Bytes).await
     }
 
     /// Calls the server-streaming method `path` with `body`; the stream of

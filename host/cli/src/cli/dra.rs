@@ -111,6 +111,10 @@ pub struct DriverArgs {
     /// How long a bind may take to show in sysfs, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     bind_timeout_ms: u64,
+    /// How long one API server request may take, in milliseconds (a claim's
+    /// read at prepare takes less when the kubelet's deadline is nearer).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    api_timeout_ms: u64,
     /// Delete this node's ResourceSlices of the driver from the API server
     /// and exit (uninstall: a stopped driver leaves them published).
     #[arg(long, conflicts_with = "claims_dir")]
@@ -157,6 +161,7 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
     if args.remove_slices {
         let n = p2p_host_kube::dra_driver::remove_slices(
             args.kubeconfig.as_deref(),
+            std::time::Duration::from_millis(args.api_timeout_ms.max(1)),
             &args.node_name,
             &args.driver_name,
         )?;
@@ -185,6 +190,7 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
     s.cdi_dir = args.cdi_dir;
     s.metadata_dir = args.metadata_dir;
     s.bind_timeout = std::time::Duration::from_millis(args.bind_timeout_ms);
+    s.api_timeout = std::time::Duration::from_millis(args.api_timeout_ms.max(1));
     if let Some(p) = args.registration_socket {
         s.registration_socket = p;
     }

@@ -8,6 +8,10 @@
 //! (uninstall); and the ResourceClaims read at prepare. In a cluster the
 //! service account's credentials are used, else a kubeconfig.
 //!
+//! Every request is bounded by the connection's timeout (`--api-timeout-ms`):
+//! an API server that stops answering fails the request instead of holding
+//! a prepare or the publisher.
+//!
 //! Each call here is one verb of the shipped ClusterRole
 //! (host/kubernetes/dra/driver.yaml): slices list, watch, create, get,
 //! update, delete; claims get; nodes get.
@@ -40,6 +44,14 @@ pub enum ApiError {
         /// The cause (boxed: kube's error is large).
         source: Box<kube::Error>,
     },
+    /// A request got no answer in time.
+    #[error("{what}: no answer from the API server within {after:?}")]
+    Timeout {
+        /// What was asked.
+        what: String,
+        /// How long it was given.
+        after: Duration,
+    },
     /// An object did not convert between vp2p's types and the API's.
     #[error("{what}: {source}")]
     Convert {
@@ -54,6 +66,7 @@ pub enum ApiError {
 #[derive(Clone)]
 pub struct ApiServer {
     client: Client,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -92,8 +105,8 @@ fn status(e: &kube::Error) -> Option<u16> {
 
 impl ApiServer {
     /// Connects with `kubeconfig`, or as the cluster's pod (or the default
-    /// kubeconfig) when none is given.
-    pub async fn connect(kubeconfig: Option<&Path>) -> Result<Self, ApiError> {
+    /// kubeconfig) when none is given; each request may take `timeout`.
+    pub async fn connect(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Self, ApiError> {
         let client = match kubeconfig {
             None => Client::try_default()
                 .await
@@ -107,7 +120,33 @@ impl ApiServer {
                 Client::try_from(config).map_err(|e| ApiError::Config(e.to_string()))?
             }
         };
-        Ok(Self { client })
+        Ok(Self { client, timeout })
+    }
+
+    /// `fut`'s output, or a timeout error naming `what` after `limit`.
+    async fn within<F: std::future::Future>(
+        what: &str,
+        limit: Duration,
+        fut: F,
+    ) -> Result<F::Output, ApiError> {
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| ApiError::Timeout {
+                what: what.to_string(),
+                after: limit,
+            })
+    }
+
+    /// `fut`, a request, bounded by the connection's timeout; its error
+    /// named `what`.
+    async fn call<T>(
+        &self,
+        what: String,
+        fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiError> {
+        Self::within(&what, self.timeout, fut)
+            .await?
+            .map_err(request(what))
     }
 
     fn slices(&self) -> Api<k8s::ResourceSlice> {
@@ -122,9 +161,12 @@ impl ApiServer {
     ) -> Result<Vec<k8s::ResourceSlice>, ApiError> {
         let lp =
             ListParams::default().fields(&format!("spec.nodeName={node},spec.driver={driver}"));
-        let list = self.slices().list(&lp).await.map_err(request(format!(
-            "listing the ResourceSlices of node {node}"
-        )))?;
+        let list = self
+            .call(
+                format!("listing the ResourceSlices of node {node}"),
+                self.slices().list(&lp),
+            )
+            .await?;
         // The field selector is the server's to apply; a server that ignores
         // it must not make us delete another driver's slices.
         Ok(list
@@ -138,10 +180,9 @@ impl ApiServer {
     /// that the garbage collector deletes them with the Node.
     pub async fn node_owner(&self, node: &str) -> Result<OwnerReference, ApiError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let n = api
-            .get(node)
-            .await
-            .map_err(request(format!("reading Node {node}")))?;
+        let n = self
+            .call(format!("reading Node {node}"), api.get(node))
+            .await?;
         Ok(OwnerReference {
             api_version: "v1".into(),
             kind: "Node".into(),
@@ -234,20 +275,22 @@ impl ApiServer {
             let name = s.metadata.name.clone();
             let mut obj: k8s::ResourceSlice = convert(&format!("ResourceSlice {name}"), s)?;
             obj.metadata.owner_references = owner.map(|o| vec![o.clone()]);
-            match api.create(&pp, &obj).await {
+            let creating = format!("creating ResourceSlice {name}");
+            match Self::within(&creating, self.timeout, api.create(&pp, &obj)).await? {
                 Ok(_) => continue,
                 Err(e) if status(&e) == Some(409) => {}
-                Err(e) => return Err(request(format!("creating ResourceSlice {name}"))(e)),
+                Err(e) => return Err(request(creating)(e)),
             }
             // It exists: replace it at the version read now.
-            let current = api
-                .get(&name)
-                .await
-                .map_err(request(format!("reading ResourceSlice {name}")))?;
+            let current = self
+                .call(format!("reading ResourceSlice {name}"), api.get(&name))
+                .await?;
             obj.metadata.resource_version = current.metadata.resource_version;
-            api.replace(&name, &pp, &obj)
-                .await
-                .map_err(request(format!("replacing ResourceSlice {name}")))?;
+            self.call(
+                format!("replacing ResourceSlice {name}"),
+                api.replace(&name, &pp, &obj),
+            )
+            .await?;
         }
         let keep: Vec<&str> = slices.iter().map(|s| s.metadata.name.as_str()).collect();
         for old in self.published(node, driver).await? {
@@ -262,10 +305,18 @@ impl ApiServer {
     }
 
     async fn delete(&self, name: &str) -> Result<(), ApiError> {
-        match self.slices().delete(name, &DeleteParams::default()).await {
+        let what = format!("deleting ResourceSlice {name}");
+        let api = self.slices();
+        match Self::within(
+            &what,
+            self.timeout,
+            api.delete(name, &DeleteParams::default()),
+        )
+        .await?
+        {
             Ok(_) => Ok(()),
             Err(e) if status(&e) == Some(404) => Ok(()),
-            Err(e) => Err(request(format!("deleting ResourceSlice {name}"))(e)),
+            Err(e) => Err(request(what)(e)),
         }
     }
 
@@ -285,8 +336,13 @@ impl ApiServer {
             .fields(&format!("spec.nodeName={node},spec.driver={driver}"))
             .timeout(290);
         loop {
-            match self.slices().watch(&wp, "0").await {
-                Ok(events) => {
+            // Bounded until the answer starts; the events then come as they come.
+            let started = Self::within("watching the ResourceSlices", self.timeout, async {
+                self.slices().watch(&wp, "0").await
+            })
+            .await;
+            match started {
+                Ok(Ok(events)) => {
                     let mut events = std::pin::pin!(events);
                     loop {
                         let event = tokio::select! {
@@ -311,7 +367,8 @@ impl ApiServer {
                         }
                     }
                 }
-                Err(e) => log(&format!("watching the ResourceSlices: {e}")),
+                Ok(Err(e)) => log(&format!("watching the ResourceSlices: {e}")),
+                Err(e) => log(&e.to_string()),
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -334,14 +391,20 @@ impl ApiServer {
         Ok(n)
     }
 
-    /// The ResourceClaim `namespace/name`.
-    pub async fn claim(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ApiError> {
+    /// The ResourceClaim `namespace/name`, read within `within` or the
+    /// connection's timeout, whichever is shorter.
+    pub async fn claim(
+        &self,
+        namespace: &str,
+        name: &str,
+        within: Duration,
+    ) -> Result<ResourceClaim, ApiError> {
         let api: Api<k8s::ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
         let what = format!("ResourceClaim {namespace}/{name}");
-        let obj = api
-            .get(name)
-            .await
-            .map_err(request(format!("reading {what}")))?;
+        let reading = format!("reading {what}");
+        let obj = Self::within(&reading, within.min(self.timeout), api.get(name))
+            .await?
+            .map_err(request(reading))?;
         convert(&what, &obj)
     }
 }
@@ -356,9 +419,9 @@ pub struct ApiClaims {
 }
 
 impl ClaimSource for ApiClaims {
-    fn claim(&self, claim: &ClaimRef) -> Result<ResourceClaim, String> {
+    fn claim(&self, claim: &ClaimRef, within: Duration) -> Result<ResourceClaim, String> {
         self.runtime
-            .block_on(self.api.claim(&claim.namespace, &claim.name))
+            .block_on(self.api.claim(&claim.namespace, &claim.name, within))
             .map_err(|e| e.to_string())
     }
 }

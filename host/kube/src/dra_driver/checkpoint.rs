@@ -84,12 +84,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.unwrap_or_default(),
-        std::process::id()
-    ));
+    let tmp = dir.join(format!("{}{}", temporary_prefix(path), std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
@@ -97,9 +92,45 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The name [`write_atomic`]'s temporary files for `path` start with; the
+/// writer's process id follows.
+fn temporary_prefix(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    format!(".{}.tmp-", name.unwrap_or_default())
+}
+
+/// Removes the temporary files [`write_atomic`] left for `path` when its
+/// process was killed between writing and renaming (a process no longer
+/// alive: a live one may be about to rename its own). Best effort: what
+/// cannot be read or removed stays.
+pub fn remove_stale_temporaries(path: &Path) {
+    let Some(dir) = path.parent() else {
+        return;
+    };
+    let prefix = temporary_prefix(path);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+        if !alive {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 impl Checkpoint {
     /// The checkpoint at `path`; an absent file is an empty checkpoint.
+    /// Temporary files of a killed writer beside it are removed.
     pub fn load(path: &Path) -> Result<Self, String> {
+        remove_stale_temporaries(path);
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 let c: Checkpoint =
@@ -160,6 +191,25 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["checkpoint.json"]);
+    }
+
+    #[test]
+    fn a_killed_writers_temporary_file_is_removed_a_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        // pid_max is at most 2^22 (Documentation/admin-guide/sysctl/kernel.rst):
+        // no process has a larger id.
+        let dead = dir.path().join(".checkpoint.json.tmp-4294967295");
+        let live = dir
+            .path()
+            .join(format!(".checkpoint.json.tmp-{}", std::process::id()));
+        let other = dir.path().join(".other.json.tmp-4294967295");
+        for f in [&dead, &live, &other] {
+            std::fs::write(f, "{").unwrap();
+        }
+        assert!(Checkpoint::load(&path).unwrap().claims.is_empty());
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use p2p_shared::dra::claim::{ResourceClaim, POD_CLAIM_NAME_ANNOTATION};
 use p2p_shared::dra::names::is_dns_label;
@@ -66,8 +67,9 @@ pub fn check_path_names(
 
 /// A source of ResourceClaim objects.
 pub trait ClaimSource: Send + Sync {
-    /// The claim `claim` names, or why it cannot be had.
-    fn claim(&self, claim: &ClaimRef) -> Result<ResourceClaim, String>;
+    /// The claim `claim` names, or why it cannot be had within `within`
+    /// (a source that can wait gives up then).
+    fn claim(&self, claim: &ClaimRef, within: Duration) -> Result<ResourceClaim, String>;
 }
 
 /// Claims read from `<dir>/<namespace>/<name>.json`, each a ResourceClaim
@@ -83,7 +85,8 @@ pub struct ClaimDir(pub PathBuf);
 pub const CLAIM_FILE_MAX: u64 = 2 << 20;
 
 impl ClaimSource for ClaimDir {
-    fn claim(&self, claim: &ClaimRef) -> Result<ResourceClaim, String> {
+    /// A local read, which does not wait: `within` is not needed.
+    fn claim(&self, claim: &ClaimRef, _within: Duration) -> Result<ResourceClaim, String> {
         let path = self
             .0
             .join(&claim.namespace)
@@ -182,14 +185,18 @@ mod tests {
         let mut text = b"{\"x\":\"".to_vec();
         text.resize(CLAIM_FILE_MAX as usize + 1, b'a');
         std::fs::write(&big, &text).unwrap();
-        let e = source.claim(&claim("vms", "big")).unwrap_err();
+        let e = source
+            .claim(&claim("vms", "big"), Duration::ZERO)
+            .unwrap_err();
         assert!(
             e.contains(&*big.to_string_lossy()) && e.contains("larger than 2097152 bytes"),
             "{e}"
         );
 
         std::fs::create_dir(ns.join("dir.json")).unwrap();
-        let e = source.claim(&claim("vms", "dir")).unwrap_err();
+        let e = source
+            .claim(&claim("vms", "dir"), Duration::ZERO)
+            .unwrap_err();
         assert!(e.ends_with("dir.json: not a regular file"), "{e}");
 
         let fifo = ns.join("fifo.json");
@@ -198,10 +205,14 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        let e = source.claim(&claim("vms", "fifo")).unwrap_err();
+        let e = source
+            .claim(&claim("vms", "fifo"), Duration::ZERO)
+            .unwrap_err();
         assert!(e.ends_with("fifo.json: not a regular file"), "{e}");
 
-        let e = source.claim(&claim("vms", "absent")).unwrap_err();
+        let e = source
+            .claim(&claim("vms", "absent"), Duration::ZERO)
+            .unwrap_err();
         assert!(
             e.contains("absent.json") && e.contains("No such file"),
             "{e}"

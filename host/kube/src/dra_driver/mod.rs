@@ -20,10 +20,14 @@
 //! [`claims`] where claims are read, [`api_server`] the API side, [`vfio`]
 //! binding, [`cdi`] the spec, [`uevents`] the kernel's device events.
 
+pub mod allocation;
 pub mod api_server;
 pub mod cdi;
 pub mod checkpoint;
+pub mod claim_files;
 pub mod claims;
+pub mod deadline;
+pub mod leases;
 pub mod prepare;
 pub mod server;
 pub mod uevents;
@@ -69,6 +73,9 @@ pub struct Settings {
     pub checkpoint: PathBuf,
     /// How long a bind may take to show.
     pub bind_timeout: Duration,
+    /// How long one API server request may take (a claim's read at prepare
+    /// takes less when the kubelet's deadline is nearer).
+    pub api_timeout: Duration,
     /// The registration socket (in the kubelet's plugins_registry).
     pub registration_socket: PathBuf,
     /// The DRA socket.
@@ -104,6 +111,7 @@ impl Settings {
             metadata_dir: PathBuf::from("/var/run/vp2p/dra-metadata"),
             checkpoint: dir.join("checkpoint.json"),
             bind_timeout: Duration::from_secs(10),
+            api_timeout: Duration::from_secs(10),
             registration_socket: kubelet_root
                 .join("plugins_registry")
                 .join(format!("{driver_name}-reg.sock")),
@@ -481,6 +489,7 @@ pub async fn serve_cluster(
 /// `kubeconfig` or the pod's credentials; the number deleted.
 pub fn remove_slices(
     kubeconfig: Option<&Path>,
+    api_timeout: Duration,
     node: &str,
     driver: &str,
 ) -> Result<usize, DriverError> {
@@ -488,7 +497,7 @@ pub fn remove_slices(
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let api = api_server::ApiServer::connect(kubeconfig)
+        let api = api_server::ApiServer::connect(kubeconfig, api_timeout)
             .await
             .map_err(|e| DriverError::Setup(e.to_string()))?;
         api.remove(node, driver)
@@ -529,9 +538,10 @@ pub fn run(settings: Settings, source: Source) -> Result<(), DriverError> {
         match source {
             Source::Dir(dir) => serve(settings, Box::new(ClaimDir(dir)), shutdown).await,
             Source::Cluster { kubeconfig, resync } => {
-                let api = api_server::ApiServer::connect(kubeconfig.as_deref())
-                    .await
-                    .map_err(|e| DriverError::Setup(e.to_string()))?;
+                let api =
+                    api_server::ApiServer::connect(kubeconfig.as_deref(), settings.api_timeout)
+                        .await
+                        .map_err(|e| DriverError::Setup(e.to_string()))?;
                 serve_cluster(settings, api, resync, shutdown).await
             }
         }

@@ -4,12 +4,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
 use p2p_shared::dra::names::{is_dns_label, is_dns_subdomain};
 
 use super::claims::ClaimRef;
+use super::deadline::Deadline;
 use super::prepare::{ClaimError, Driver};
 use crate::grpc::kubelet_pluginregistration_v1 as reg;
 use crate::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1, quote, refusal};
@@ -102,27 +104,44 @@ fn claim_ref(namespace: String, name: String, uid: String) -> Result<ClaimRef, B
     })
 }
 
-/// Runs `f` on each claim off the async threads (sysfs writes and waits).
+/// The kubelet's deadline for a call: its `grpc-timeout`, counted from now.
+fn deadline<T>(req: &Request<T>) -> Deadline {
+    req.metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| Deadline::from_grpc_timeout(v, Instant::now()))
+        .unwrap_or(Deadline::NONE)
+}
+
+/// Runs `f` on every claim at once, each on a blocking thread of its own
+/// (sysfs writes and waits, an API read): one slow claim holds up no other.
 async fn each<T: Send + 'static>(
     driver: &Arc<Driver>,
     claims: Vec<ClaimRef>,
-    f: fn(&Driver, &ClaimRef) -> Result<T, ClaimError>,
+    deadline: Deadline,
+    f: fn(&Driver, &ClaimRef, Deadline) -> Result<T, ClaimError>,
 ) -> Result<Vec<(ClaimRef, Result<T, ClaimError>)>, Status> {
-    let driver = driver.clone();
-    tokio::task::spawn_blocking(move || {
-        claims
-            .into_iter()
-            .map(|c| {
-                let r = f(&driver, &c);
+    let tasks: Vec<_> = claims
+        .into_iter()
+        .map(|c| {
+            let driver = driver.clone();
+            tokio::task::spawn_blocking(move || {
+                let r = f(&driver, &c, deadline);
                 if let Err(e) = &r {
                     (driver.settings().log)(&e.0);
                 }
                 (c, r)
             })
-            .collect()
-    })
-    .await
-    .map_err(|e| Status::internal(format!("the preparing task failed: {e}")))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(
+            t.await
+                .map_err(|e| Status::internal(format!("the preparing task failed: {e}")))?,
+        );
+    }
+    Ok(out)
 }
 
 macro_rules! dra_service {
@@ -133,6 +152,7 @@ macro_rules! dra_service {
                 &self,
                 req: Request<$m::NodePrepareResourcesRequest>,
             ) -> Result<Response<$m::NodePrepareResourcesResponse>, Status> {
+                let deadline = deadline(&req);
                 let claims = req
                     .into_inner()
                     .claims
@@ -141,7 +161,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(&self.driver, claims, Driver::prepare).await? {
+                for (c, r) in each(&self.driver, claims, deadline, Driver::prepare).await? {
                     let entry = match r {
                         Ok(devices) => $m::NodePrepareResourceResponse {
                             devices: devices
@@ -170,6 +190,7 @@ macro_rules! dra_service {
                 &self,
                 req: Request<$m::NodeUnprepareResourcesRequest>,
             ) -> Result<Response<$m::NodeUnprepareResourcesResponse>, Status> {
+                let deadline = deadline(&req);
                 let claims = req
                     .into_inner()
                     .claims
@@ -178,7 +199,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(&self.driver, claims, Driver::unprepare).await? {
+                for (c, r) in each(&self.driver, claims, deadline, Driver::unprepare).await? {
                     let error = r.err().map(|e| crate::grpc::bounded(&e.0)).unwrap_or_default();
                     out.insert(c.uid, $m::NodeUnprepareResourceResponse { error });
                 }

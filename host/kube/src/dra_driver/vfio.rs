@@ -131,19 +131,25 @@ impl PciBus {
         names.into_iter().next()
     }
 
-    fn wait_for(&self, bdf: Bdf, want: Option<&str>) -> Result<(), BindError> {
+    /// The function's IOMMU group (its `iommu_group` link's number).
+    pub fn iommu_group(&self, bdf: Bdf) -> Option<u32> {
+        let target = std::fs::read_link(self.dir(bdf).join("iommu_group")).ok()?;
+        target.file_name()?.to_str()?.parse().ok()
+    }
+
+    fn wait_for(&self, bdf: Bdf, want: Option<&str>, limit: Duration) -> Result<(), BindError> {
         let start = Instant::now();
         loop {
             let got = self.driver(bdf);
             if got.as_deref() == want || (want.is_none() && got.is_none()) {
                 return Ok(());
             }
-            if start.elapsed() >= self.timeout {
+            if start.elapsed() >= limit {
                 return Err(BindError::NotBound {
                     bdf,
                     got,
                     want: want.unwrap_or("no driver").to_string(),
-                    timeout: self.timeout,
+                    timeout: limit,
                 });
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -161,13 +167,13 @@ impl PciBus {
         )
     }
 
-    /// Binds the function to vfio-pci and waits until `driver` says so; on
-    /// failure `driver_override` is cleared again.
-    pub fn bind_vfio(&self, bdf: Bdf) -> Result<(), BindError> {
+    /// Binds the function to vfio-pci and waits until `driver` says so, for
+    /// at most `within`; on failure `driver_override` is cleared again.
+    pub fn bind_vfio(&self, bdf: Bdf, within: Duration) -> Result<(), BindError> {
         write(bdf, &self.dir(bdf).join("driver_override"), VFIO_PCI)?;
         let r = self
             .unbind_and_probe(bdf)
-            .and_then(|()| self.wait_for(bdf, Some(VFIO_PCI)));
+            .and_then(|()| self.wait_for(bdf, Some(VFIO_PCI), within));
         if r.is_err() {
             let _ = write(bdf, &self.dir(bdf).join("driver_override"), "\n");
         }
@@ -179,6 +185,6 @@ impl PciBus {
     pub fn give_back(&self, bdf: Bdf, original: Option<&str>) -> Result<(), BindError> {
         write(bdf, &self.dir(bdf).join("driver_override"), "\n")?;
         self.unbind_and_probe(bdf)?;
-        self.wait_for(bdf, original)
+        self.wait_for(bdf, original, self.timeout)
     }
 }

@@ -1,0 +1,152 @@
+//! What a prepared claim leaves on the node besides bound functions: one
+//! CDI spec (the VFIO device nodes of each device, and each request's
+//! metadata mount) and the KEP-5304 device metadata of each request, each
+//! file written atomically. Files of different claims never share a path,
+//! so claims write theirs at once.
+
+use std::path::PathBuf;
+
+use p2p_shared::dra::claim::ResourceClaim;
+use serde_json::json;
+
+use super::allocation::Resolved;
+use super::cdi;
+use super::checkpoint::{write_atomic, PreparedDevice};
+use super::claims::ClaimRef;
+use super::prepare::ClaimError;
+use super::vfio::PciBus;
+use super::Settings;
+
+/// The devices' answers and the files written for them.
+#[derive(Debug)]
+pub struct Written {
+    /// Each device's answer to the kubelet.
+    pub devices: Vec<PreparedDevice>,
+    /// The files, CDI spec last.
+    pub files: Vec<PathBuf>,
+}
+
+/// Writes the claim's device metadata and CDI spec. Files written before an
+/// error stay for the caller's undo, which removes the claim's spec and
+/// metadata directory by their names.
+pub fn write(
+    s: &Settings,
+    bus: &PciBus,
+    claim: &ClaimRef,
+    object: &ResourceClaim,
+    resolved: &[Resolved],
+) -> Result<Written, ClaimError> {
+    let mut devices = Vec::new();
+    let mut nodes = Vec::new();
+    for r in resolved {
+        let edits = if s.iommufd {
+            let cdev = bus.vfio_cdev(r.bdf).ok_or_else(|| {
+                ClaimError(format!(
+                    "{claim}: device {} ({}): no vfio-dev/vfioN in sysfs (--iommufd needs a kernel with VFIO_DEVICE_CDEV)",
+                    r.alloc.device, r.bdf
+                ))
+            })?;
+            vec![
+                "/dev/iommu".to_string(),
+                format!("/dev/vfio/devices/{cdev}"),
+            ]
+        } else {
+            vec![
+                "/dev/vfio/vfio".to_string(),
+                format!("/dev/vfio/{}", r.group),
+            ]
+        };
+        nodes.push((cdi::device_name(&claim.uid, &r.alloc.device), edits));
+        devices.push(PreparedDevice {
+            request: r.alloc.request.clone(),
+            pool: r.alloc.pool.clone(),
+            device: r.alloc.device.clone(),
+            bdf: r.bdf.to_string(),
+            cdi_ids: vec![cdi::qualified(
+                &s.driver_name,
+                &cdi::device_name(&claim.uid, &r.alloc.device),
+            )],
+        });
+    }
+    let mut files = Vec::new();
+    let mut mounts = Vec::new();
+    let mut requests: Vec<&str> = Vec::new();
+    for r in resolved {
+        if !requests.contains(&r.alloc.request.as_str()) {
+            requests.push(&r.alloc.request);
+        }
+    }
+    for request in requests {
+        let top = request.split('/').next().unwrap_or(request);
+        let of_request: Vec<&Resolved> = resolved
+            .iter()
+            .filter(|r| r.alloc.request == request)
+            .collect();
+        let doc = metadata(object, request, &of_request);
+        let host = s
+            .metadata_dir
+            .join(&claim.uid)
+            .join(top)
+            .join(format!("{}-metadata.json", s.driver_name));
+        let text = serde_json::to_vec_pretty(&doc).expect("JSON values serialize");
+        write_atomic(&host, &text).map_err(|e| {
+            ClaimError(format!(
+                "{claim}: writing the device metadata {}: {e}",
+                host.display()
+            ))
+        })?;
+        files.push(host.clone());
+        let name = cdi::metadata_name(&claim.uid, top);
+        mounts.push((
+            name.clone(),
+            host,
+            cdi::metadata_container_path(object, top, &s.driver_name),
+        ));
+        // The request's first device carries its metadata mount.
+        if let Some(d) = devices.iter_mut().find(|d| d.request == request) {
+            d.cdi_ids.push(cdi::qualified(&s.driver_name, &name));
+        }
+    }
+    let spec = cdi::spec(&s.driver_name, &nodes, &mounts);
+    let path = cdi::spec_path(&s.cdi_dir, &s.driver_name, &claim.uid);
+    let text = serde_json::to_vec_pretty(&spec).expect("JSON values serialize");
+    write_atomic(&path, &text).map_err(|e| {
+        ClaimError(format!(
+            "{claim}: writing the CDI spec {}: {e}",
+            path.display()
+        ))
+    })?;
+    files.push(path);
+    Ok(Written { devices, files })
+}
+
+/// The KEP-5304 device metadata of one request (`DeviceMetadata`,
+/// `metadata.resource.k8s.io/v1alpha1`, as the Kubernetes documentation's
+/// "Device metadata protocol" defines it): the claim, the request, and each
+/// device with the attributes its ResourceSlice publishes, among them
+/// `resource.kubernetes.io/pciBusID`, which KubeVirt reads to find the
+/// function to pass through.
+fn metadata(object: &ResourceClaim, request: &str, devices: &[&Resolved]) -> serde_json::Value {
+    let m = &object.metadata;
+    let mut doc = json!({
+        "kind": "DeviceMetadata",
+        "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+        "metadata": {"name": m.name, "namespace": m.namespace, "uid": m.uid, "generation": 1},
+        "requests": [{
+            "name": request,
+            "devices": devices.iter().map(|r| json!({
+                "driver": r.alloc.driver,
+                "pool": r.alloc.pool,
+                "name": r.alloc.device,
+                "attributes": r.published.attributes,
+            })).collect::<Vec<_>>(),
+        }],
+    });
+    if let Some(p) = m
+        .annotations
+        .get(p2p_shared::dra::claim::POD_CLAIM_NAME_ANNOTATION)
+    {
+        doc["podClaimName"] = json!(p);
+    }
+    doc
+}
