@@ -159,6 +159,72 @@ impl Checkpoint {
     }
 }
 
+/// The checkpoint as the driver keeps it: in memory, and on disk after
+/// every change. A change is on disk when [`CheckpointFile::change`]
+/// returns; changes made at once share a write (the first writer to get the
+/// file writes everything changed so far, and those whose change it carried
+/// return without writing), so claims prepared at once do not queue one
+/// full write each.
+#[derive(Debug)]
+pub struct CheckpointFile {
+    path: PathBuf,
+    /// The checkpoint and the number of changes made to it.
+    state: std::sync::Mutex<(Checkpoint, u64)>,
+    /// The number of changes the file holds; held while writing it.
+    saved: std::sync::Mutex<u64>,
+}
+
+impl CheckpointFile {
+    /// The checkpoint at `path` ([`Checkpoint::load`]).
+    pub fn open(path: &Path) -> Result<Self, String> {
+        Ok(Self {
+            path: path.to_path_buf(),
+            state: std::sync::Mutex::new((Checkpoint::load(path)?, 0)),
+            saved: std::sync::Mutex::new(0),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, (Checkpoint, u64)> {
+        // A panic while holding the lock leaves the checkpoint as last changed.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The checkpoint now.
+    pub fn snapshot(&self) -> Checkpoint {
+        self.state().0.clone()
+    }
+
+    /// The record of claim `uid` now.
+    pub fn entry(&self, uid: &str) -> Option<Entry> {
+        self.state().0.claims.get(uid).cloned()
+    }
+
+    /// Changes the checkpoint with `f` and returns once the file holds the
+    /// change.
+    pub fn change<R>(&self, f: impl FnOnce(&mut Checkpoint) -> R) -> std::io::Result<R> {
+        let (r, mine) = {
+            let mut st = self.state();
+            let r = f(&mut st.0);
+            st.1 += 1;
+            (r, st.1)
+        };
+        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        if *saved >= mine {
+            return Ok(r);
+        }
+        let (text, now) = {
+            let st = self.state();
+            (
+                serde_json::to_vec_pretty(&st.0).map_err(std::io::Error::other)?,
+                st.1,
+            )
+        };
+        write_atomic(&self.path, &text)?;
+        *saved = now;
+        Ok(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +257,45 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["checkpoint.json"]);
+    }
+
+    #[test]
+    fn changes_made_at_once_are_each_on_disk_when_their_call_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        let file = std::sync::Arc::new(CheckpointFile::open(&path).unwrap());
+        let threads: Vec<_> = (0..16)
+            .map(|i| {
+                let file = file.clone();
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    for j in 0..20 {
+                        let uid = format!("u{i}-{j}");
+                        file.change(|cp| {
+                            cp.claims.insert(
+                                uid.clone(),
+                                Entry {
+                                    namespace: "vms".into(),
+                                    name: uid.clone(),
+                                    state: State::Prepared,
+                                    devices: Vec::new(),
+                                    bound: Vec::new(),
+                                    files: Vec::new(),
+                                },
+                            );
+                        })
+                        .unwrap();
+                        // Returned: the file read now holds it.
+                        assert!(Checkpoint::load(&path).unwrap().claims.contains_key(&uid));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(Checkpoint::load(&path).unwrap().claims.len(), 16 * 20);
+        assert_eq!(Checkpoint::load(&path).unwrap(), file.snapshot());
     }
 
     #[test]

@@ -5,20 +5,19 @@
 //!
 //! Claims are prepared at once, each by one call at a time and each IOMMU
 //! group bound by one claim at a time ([`leases`](super::leases)); the
-//! checkpoint's lock is held only to change and save it, never across an API
-//! read, a bind wait or a file write. Each step that changes the node is
+//! checkpoint is locked only to change and write it (changes made at once
+//! share a write), never across an API read, a bind wait or a claim's files. Each step that changes the node is
 //! recorded before it is taken, and a claim whose preparation would outlive
 //! its [`Deadline`] is rolled back: what the kubelet's retry finds is the
 //! claim prepared, or nothing.
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 
 use p2p_shared::dra::claim::ResourceClaim;
 use p2p_shared::Bdf;
 
 use super::allocation::{resolve, Resolved};
-use super::checkpoint::{Bound, Checkpoint, Entry, PreparedDevice, State};
+use super::checkpoint::{Bound, Checkpoint, CheckpointFile, Entry, PreparedDevice, State};
 use super::claims::{ClaimRef, ClaimSource};
 use super::deadline::Deadline;
 use super::leases::Leases;
@@ -36,7 +35,7 @@ pub struct Driver {
     settings: Settings,
     claims: Box<dyn ClaimSource>,
     bus: PciBus,
-    checkpoint: Mutex<Checkpoint>,
+    checkpoint: CheckpointFile,
     /// Claims a call is working on, by uid.
     in_flight: Leases<String>,
     /// IOMMU groups being bound or given back.
@@ -56,7 +55,7 @@ impl Driver {
     /// checkpoint is read now (a claim found mid-preparation is finished or
     /// rolled back by the next call that names it).
     pub fn new(settings: Settings, claims: Box<dyn ClaimSource>) -> Result<Self, String> {
-        let checkpoint = Checkpoint::load(&settings.checkpoint)?;
+        let checkpoint = CheckpointFile::open(&settings.checkpoint)?;
         let root = settings
             .reader
             .files(&settings.sysfs_root)
@@ -66,7 +65,7 @@ impl Driver {
             settings,
             claims,
             bus,
-            checkpoint: Mutex::new(checkpoint),
+            checkpoint,
             in_flight: Leases::new(),
             groups: Leases::new(),
         })
@@ -77,31 +76,22 @@ impl Driver {
         &self.settings
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Checkpoint> {
-        // A panic while holding the lock leaves the checkpoint as last saved.
-        self.checkpoint.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Changes the checkpoint with `f` and saves it, holding the lock for
-    /// just that.
+    /// Changes the checkpoint with `f`; returns once it is on disk.
     fn record<R>(
         &self,
         claim: &ClaimRef,
         f: impl FnOnce(&mut Checkpoint) -> R,
     ) -> Result<R, ClaimError> {
-        let mut cp = self.lock();
-        let r = f(&mut cp);
-        cp.save(&self.settings.checkpoint).map_err(|e| {
+        self.checkpoint.change(f).map_err(|e| {
             ClaimError(format!(
                 "{claim}: writing the checkpoint {}: {e}",
                 self.settings.checkpoint.display()
             ))
-        })?;
-        Ok(r)
+        })
     }
 
     fn entry(&self, uid: &str) -> Option<Entry> {
-        self.lock().claims.get(uid).cloned()
+        self.checkpoint.entry(uid)
     }
 
     fn abandoned(claim: &ClaimRef, deadline: Deadline, step: &str) -> ClaimError {
@@ -166,14 +156,9 @@ impl Driver {
             Err(e) => {
                 // Nothing half-done: give back what was bound, remove what was
                 // written, forget the claim.
-                let undo = self.undo(claim);
-                let forgotten = self.record(claim, |cp| {
-                    if undo.is_ok() {
-                        cp.claims.remove(&claim.uid);
-                    }
-                });
+                let undo = self.undo_and_forget(claim);
                 let mut msg = e.0;
-                if let Err(u) = undo.and(forgotten) {
+                if let Err(u) = undo {
                     msg.push_str(&format!("; undoing it: {}", u.0));
                 }
                 Err(ClaimError(msg))
@@ -291,9 +276,10 @@ impl Driver {
     }
 
     /// Removes the claim's files and gives back the functions bound for it
-    /// (their groups held meanwhile); the first failure is returned after
-    /// trying everything. What could not be given back stays recorded.
-    fn undo(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+    /// (their groups held meanwhile), then forgets the claim in one write of
+    /// the checkpoint; the first failure is returned after trying
+    /// everything, and what could not be given back stays recorded.
+    fn undo_and_forget(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let Some(entry) = self.entry(&claim.uid) else {
             return Ok(());
         };
@@ -307,7 +293,10 @@ impl Driver {
             &claim.uid,
         ));
         for f in &files {
-            super::checkpoint::remove_stale_temporaries(f);
+            // A run that stopped mid-way may have left a temporary file.
+            if entry.state == State::Preparing {
+                super::checkpoint::remove_stale_temporaries(f);
+            }
             if let Err(e) = std::fs::remove_file(f) {
                 if e.kind() != std::io::ErrorKind::NotFound && first.is_none() {
                     first = Some(format!("removing {}: {e}", f.display()));
@@ -346,8 +335,11 @@ impl Driver {
             }
         }
         kept.reverse();
+        let all_undone = first.is_none();
         let recorded = self.record(claim, |cp| {
-            if let Some(e) = cp.claims.get_mut(&claim.uid) {
+            if all_undone {
+                cp.claims.remove(&claim.uid);
+            } else if let Some(e) = cp.claims.get_mut(&claim.uid) {
                 e.bound = kept;
                 e.files.clear();
             }
@@ -371,17 +363,11 @@ impl Driver {
         if self.entry(&claim.uid).is_none() {
             return Ok(());
         }
-        let undo = self.undo(claim);
-        self.record(claim, |cp| {
-            if undo.is_ok() {
-                cp.claims.remove(&claim.uid);
-            }
-        })?;
-        undo
+        self.undo_and_forget(claim)
     }
 
     /// The claims recorded now, by uid (what a restart starts from).
     pub fn recorded(&self) -> Checkpoint {
-        self.lock().clone()
+        self.checkpoint.snapshot()
     }
 }
