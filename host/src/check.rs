@@ -217,8 +217,8 @@ pub fn ats_entry(root: &SysfsRoot, bdf: Bdf) -> AtsEntry {
 
 /// Whether `p2p-host serve --gpu ...,vfio=BDF` can serve `bdf` (the
 /// `serve-vfio` finding of `check --serve-vfio`): it is bound to vfio-pci and
-/// every function of its IOMMU group to vfio-pci, `pcieport`, `pci-stub` or
-/// no driver.
+/// its IOMMU group is viable by the kernel's rule
+/// ([`p2p_shared::iommu_groups::leaves_group_viable`], the DRA driver's too).
 pub fn serve_vfio_item(root: &SysfsRoot, bdf: Bdf) -> p2p_shared::check::CheckItem {
     use crate::serve::vfio::GroupMembers;
     use p2p_shared::check::{CheckItem, Verdict};

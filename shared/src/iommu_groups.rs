@@ -11,6 +11,33 @@ use serde::{Deserialize, Serialize};
 use crate::bdf::Bdf;
 use crate::topology::Topology;
 
+/// Drivers that leave an IOMMU group viable for VFIO. Since Linux 5.19 VFIO
+/// attaches a group only when it can claim the group's DMA ownership
+/// (`iommu_group_claim_dma_owner`), which fails while a function of the
+/// group is bound to a driver that uses the kernel's DMA API; drivers that
+/// set `driver_managed_dma` in their `struct pci_driver` do not count:
+/// vfio-pci and its variant drivers (named here as sysfs shows them, the
+/// module name with `-` as `_`), pci-stub and the PCIe port driver. A
+/// function with no driver does not count either.
+pub const DMA_MANAGING_DRIVERS: [&str; 10] = [
+    "vfio-pci",
+    "pci-stub",
+    "pcieport",
+    "nvgrace_gpu_vfio_pci",
+    "mlx5_vfio_pci",
+    "hisi_acc_vfio_pci",
+    "pds_vfio_pci",
+    "virtio_vfio_pci",
+    "qat_vfio_pci",
+    "xe-vfio-pci",
+];
+
+/// Whether a function bound to `driver` (`None`: no driver) lets VFIO attach
+/// its IOMMU group: the one rule `serve`, `check` and the DRA driver apply.
+pub fn leaves_group_viable(driver: Option<&str>) -> bool {
+    driver.is_none_or(|d| DMA_MANAGING_DRIVERS.contains(&d))
+}
+
 /// One function of a group the VMs use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupMember {
@@ -113,4 +140,19 @@ pub fn check(topo: &Topology, vms: &[(&str, &[Bdf])]) -> Result<Vec<GroupUse>, S
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod viability_tests {
+    use super::*;
+
+    #[test]
+    fn drivers_that_manage_dma_and_no_driver_leave_a_group_viable() {
+        for ok in [None, Some("vfio-pci"), Some("pci-stub"), Some("pcieport"), Some("nvgrace_gpu_vfio_pci")] {
+            assert!(leaves_group_viable(ok), "{ok:?}");
+        }
+        for blocks in ["nvidia", "nvme", "mlx5_core", "nouveau", "vfio_pci", "shpchp"] {
+            assert!(!leaves_group_viable(Some(blocks)), "{blocks}");
+        }
+    }
 }

@@ -332,3 +332,67 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// One viability rule for one group (the kernel's: a function with no
+/// driver, or bound to vfio-pci, pci-stub or pcieport, leaves its group
+/// viable; any other driver does not): `check --serve-vfio` and the DRA
+/// driver (without --bind) give the same verdict on 27:00.0, whose group 10
+/// is made to hold 81:00.0 too, as 81:00.0 moves from no driver to
+/// pci-stub to nvme.
+#[test]
+fn check_and_the_driver_apply_one_viability_rule() {
+    let d = Dirs::new();
+    let tree = vfio_tree(&d.root);
+    add_to_group(&tree, 10, "0000:81:00.0");
+    d.claim("vms", "g", "v1", &[("gpu", DRIVER, &device("0000:27:00.0"))]);
+    let _p = start(&d, &tree, &[]);
+    let check = |tree: &std::path::Path| -> (String, String) {
+        let out = std::process::Command::new(p2p_tests::binary("p2p-host"))
+            .args(["check", "--gpu-class", "0108", "--serve-vfio", "--json", "--sysfs-root"])
+            .arg(tree)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let item = report["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["check"] == "serve-vfio" && i["scope"] == "0000:27:00.0")
+            .cloned()
+            .unwrap_or_else(|| panic!("no serve-vfio item for 27:00.0: {report}"));
+        (
+            item["verdict"].as_str().unwrap().to_string(),
+            item["evidence"].as_str().unwrap().to_string(),
+        )
+    };
+    let link = function_dir(&tree, "0000:81:00.0").join("driver");
+    rt().block_on(async {
+        register(&d.reg_socket(), None).await;
+        let mut dra = Dra::v1(&d.dra_socket()).await;
+        for (driver, viable) in [(None, true), (Some("pci-stub"), true), (Some("nvme"), false)] {
+            let _ = std::fs::remove_file(&link);
+            if let Some(drv) = driver {
+                std::fs::create_dir_all(tree.join("bus/pci/drivers").join(drv)).unwrap();
+                std::os::unix::fs::symlink(tree.join("bus/pci/drivers").join(drv), &link).unwrap();
+            }
+            let (verdict, evidence) = check(&tree);
+            let a = dra.prepare(&[("vms", "g", "v1")]).await.unwrap();
+            let e = a["v1"].error.clone();
+            if viable {
+                assert_eq!(verdict, "pass", "check, 81:00.0 on {driver:?}: {evidence}");
+                assert_eq!(e, "", "the driver, 81:00.0 on {driver:?}");
+                let u = dra.unprepare(&[("vms", "g", "v1")]).await.unwrap();
+                assert_eq!(u["v1"], "");
+            } else {
+                assert_eq!(verdict, "fail", "check, 81:00.0 on {driver:?}");
+                for (who, text) in [("check", &evidence), ("the driver", &e)] {
+                    assert!(
+                        text.contains("IOMMU group 10 is not viable: 0000:81:00.0 is bound to nvme"),
+                        "{who}: {text}"
+                    );
+                }
+            }
+        }
+    });
+}

@@ -14,6 +14,7 @@
 use std::collections::BTreeSet;
 
 use p2p_shared::dra::claim::ResourceClaim;
+use p2p_shared::iommu_groups::leaves_group_viable;
 use p2p_shared::Bdf;
 
 use super::allocation::{resolve, Resolved};
@@ -199,9 +200,13 @@ impl Driver {
         Ok(written.devices)
     }
 
-    /// Every endpoint of every group of `resolved` on vfio-pci: those on
-    /// another driver recorded, then bound (with --bind), each bind waited
-    /// for no longer than the deadline allows.
+    /// Every group of `resolved` viable for VFIO and each claimed device on
+    /// vfio-pci: a function whose driver keeps its group from being viable
+    /// (the kernel's rule, [`leaves_group_viable`]: no driver, vfio-pci and
+    /// its variants, pci-stub and pcieport leave it viable) and a claimed
+    /// device not on vfio-pci are recorded, then bound to vfio-pci (with
+    /// --bind; a bridge is never bound), each bind waited for no longer
+    /// than the deadline allows.
     fn bind_groups(
         &self,
         claim: &ClaimRef,
@@ -215,6 +220,7 @@ impl Driver {
             .ok_or_else(|| {
                 Self::abandoned(claim, deadline, "waiting for another claim's IOMMU group")
             })?;
+        let claimed: Vec<Bdf> = resolved.iter().map(|r| r.bdf).collect();
         let mut to_bind: Vec<(Bdf, Option<String>, String)> = Vec::new();
         for r in resolved {
             let members = self.bus.group(r.group).map_err(|e| {
@@ -224,20 +230,34 @@ impl Driver {
                 ))
             })?;
             for m in members {
-                if self.bus.is_bridge(m) {
+                let driver = self.bus.driver(m);
+                let needs_vfio = if claimed.contains(&m) {
+                    driver.as_deref() != Some(VFIO_PCI)
+                } else {
+                    !leaves_group_viable(driver.as_deref())
+                };
+                if !needs_vfio {
                     continue;
                 }
-                let driver = self.bus.driver(m);
-                if driver.as_deref() == Some(VFIO_PCI) {
-                    continue;
+                let bound_to = driver.as_deref().unwrap_or("no driver");
+                let what = if m == r.bdf {
+                    format!("{m} is bound to {bound_to}, not vfio-pci")
+                } else {
+                    format!(
+                        "IOMMU group {} is not viable: {m} is bound to {bound_to}",
+                        r.group
+                    )
+                };
+                if self.bus.is_bridge(m) {
+                    return Err(ClaimError(format!(
+                        "{claim}: device {} ({}): {what} (a bridge: the driver binds none; bind it to pcieport or unbind it)",
+                        r.alloc.device, r.bdf
+                    )));
                 }
                 if !s.bind {
                     return Err(ClaimError(format!(
-                        "{claim}: device {} ({}): IOMMU group {} is not viable: {m} is bound to {} (not vfio-pci; start the driver with --bind to bind it)",
-                        r.alloc.device,
-                        r.bdf,
-                        r.group,
-                        driver.as_deref().unwrap_or("no driver")
+                        "{claim}: device {} ({}): {what} (start the driver with --bind to bind it to vfio-pci)",
+                        r.alloc.device, r.bdf
                     )));
                 }
                 if !to_bind.iter().any(|(b, _, _)| *b == m) {

@@ -1,17 +1,15 @@
 //! The IOMMU group of a function and whether VFIO can hand it out: every
-//! function in the group must be bound to vfio-pci or to no driver (the
-//! kernel also lets bridges stay with `pcieport` and functions with
-//! `pci-stub`), else `VFIO_GROUP_GET_STATUS` says "not viable" and the group
-//! cannot be attached. Read from sysfs, so it is testable on a captured tree.
+//! function in the group must be bound to no driver or to one that manages
+//! DMA itself ([`p2p_shared::iommu_groups::leaves_group_viable`], the rule
+//! `check` and the DRA driver apply too), else `VFIO_GROUP_GET_STATUS` says
+//! "not viable" and the group cannot be attached. Read from sysfs, so it is
+//! testable on a captured tree.
 
 use std::path::{Path, PathBuf};
 
 use p2p_shared::Bdf;
 
 use super::VfioError;
-
-/// Drivers a function of a served group may be bound to, besides none.
-pub const ALLOWED_DRIVERS: [&str; 3] = ["vfio-pci", "pci-stub", "pcieport"];
 
 /// A function's IOMMU group, as sysfs shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +55,9 @@ impl GroupMembers {
     /// The first function whose driver keeps the group from being viable.
     pub fn blocker(&self) -> Option<(&str, &str)> {
         self.functions.iter().find_map(|(f, d)| match d.as_deref() {
-            Some(d) if !ALLOWED_DRIVERS.contains(&d) => Some((f.as_str(), d)),
+            Some(d) if !p2p_shared::iommu_groups::leaves_group_viable(Some(d)) => {
+                Some((f.as_str(), d))
+            }
             _ => None,
         })
     }

@@ -30,7 +30,7 @@ use p2p_shared::Bdf;
 
 pub use dma::{DmaWindows, Iommu, PAGE};
 pub use gpu::VfioGpu;
-pub use group::{driver_of, GroupMembers, ALLOWED_DRIVERS};
+pub use group::{driver_of, GroupMembers};
 pub use regions::{find_cap, MsixTrap, VfioRegion};
 
 /// Why a VFIO device cannot be served.
