@@ -86,7 +86,7 @@ pub enum CmdlineFileError {
 /// the live one), trimmed: a regular file of at most [`CMDLINE_MAX`] bytes.
 /// Opened without blocking, so a FIFO is refused rather than waited on.
 pub fn read_cmdline(path: &Path) -> Result<String, CmdlineFileError> {
-    use crate::bounded_file::{read_limited, ReadRefused};
+    use p2p_host_io::{read_limited, ReadRefused};
     // /proc/cmdline says size 0: read_limited bounds what is read, not stat.
     let bytes = read_limited(path, CMDLINE_MAX).map_err(|e| match e {
         ReadRefused::Io(source) => CmdlineFileError::Io {

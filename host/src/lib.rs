@@ -6,7 +6,6 @@
 //! vfio-user. The `p2p-host` command is host/cli; the Kubernetes edge is
 //! p2p-host-kube (host/kube), which this library does not depend on.
 
-pub mod bounded_file;
 pub mod check;
 pub mod nvlink;
 pub mod overlay;

@@ -148,10 +148,23 @@ mod viability_tests {
 
     #[test]
     fn drivers_that_manage_dma_and_no_driver_leave_a_group_viable() {
-        for ok in [None, Some("vfio-pci"), Some("pci-stub"), Some("pcieport"), Some("nvgrace_gpu_vfio_pci")] {
+        for ok in [
+            None,
+            Some("vfio-pci"),
+            Some("pci-stub"),
+            Some("pcieport"),
+            Some("nvgrace_gpu_vfio_pci"),
+        ] {
             assert!(leaves_group_viable(ok), "{ok:?}");
         }
-        for blocks in ["nvidia", "nvme", "mlx5_core", "nouveau", "vfio_pci", "shpchp"] {
+        for blocks in [
+            "nvidia",
+            "nvme",
+            "mlx5_core",
+            "nouveau",
+            "vfio_pci",
+            "shpchp",
+        ] {
             assert!(!leaves_group_viable(Some(blocks)), "{blocks}");
         }
     }

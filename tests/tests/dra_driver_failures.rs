@@ -344,11 +344,23 @@ fn check_and_the_driver_apply_one_viability_rule() {
     let d = Dirs::new();
     let tree = vfio_tree(&d.root);
     add_to_group(&tree, 10, "0000:81:00.0");
-    d.claim("vms", "g", "v1", &[("gpu", DRIVER, &device("0000:27:00.0"))]);
+    d.claim(
+        "vms",
+        "g",
+        "v1",
+        &[("gpu", DRIVER, &device("0000:27:00.0"))],
+    );
     let _p = start(&d, &tree, &[]);
     let check = |tree: &std::path::Path| -> (String, String) {
         let out = std::process::Command::new(p2p_tests::binary("p2p-host"))
-            .args(["check", "--gpu-class", "0108", "--serve-vfio", "--json", "--sysfs-root"])
+            .args([
+                "check",
+                "--gpu-class",
+                "0108",
+                "--serve-vfio",
+                "--json",
+                "--sysfs-root",
+            ])
             .arg(tree)
             .output()
             .unwrap();
@@ -370,7 +382,11 @@ fn check_and_the_driver_apply_one_viability_rule() {
     rt().block_on(async {
         register(&d.reg_socket(), None).await;
         let mut dra = Dra::v1(&d.dra_socket()).await;
-        for (driver, viable) in [(None, true), (Some("pci-stub"), true), (Some("nvme"), false)] {
+        for (driver, viable) in [
+            (None, true),
+            (Some("pci-stub"), true),
+            (Some("nvme"), false),
+        ] {
             let _ = std::fs::remove_file(&link);
             if let Some(drv) = driver {
                 std::fs::create_dir_all(tree.join("bus/pci/drivers").join(drv)).unwrap();
@@ -388,7 +404,9 @@ fn check_and_the_driver_apply_one_viability_rule() {
                 assert_eq!(verdict, "fail", "check, 81:00.0 on {driver:?}");
                 for (who, text) in [("check", &evidence), ("the driver", &e)] {
                     assert!(
-                        text.contains("IOMMU group 10 is not viable: 0000:81:00.0 is bound to nvme"),
+                        text.contains(
+                            "IOMMU group 10 is not viable: 0000:81:00.0 is bound to nvme"
+                        ),
                         "{who}: {text}"
                     );
                 }

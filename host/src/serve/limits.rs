@@ -30,7 +30,7 @@ pub fn prefix(s: &str) -> String {
 }
 
 /// Why a file was not read (the reader is shared with `check --cmdline-from`).
-pub use crate::bounded_file::{read_limited, ReadRefused};
+pub use p2p_host_io::{read_limited, ReadRefused};
 
 #[cfg(test)]
 mod tests {

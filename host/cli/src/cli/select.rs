@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use p2p_host::bounded_file::read_limited;
 use p2p_host::nvlink::NvLinkOptions;
 use p2p_host::sysfs::{SysfsReader, SysfsRoot};
+use p2p_host_io::read_limited;
 use p2p_shared::chooser::{parse_fmpm_list, FmPartition};
 use p2p_shared::select::ClassPrefix;
 use p2p_shared::{Bdf, GpuSelector, Topology};

@@ -4,8 +4,6 @@
 //! as the API server would answer them, from a directory ([`ClaimDir`]), and
 //! tests hand claims in through the same trait.
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -91,26 +89,8 @@ impl ClaimSource for ClaimDir {
             .0
             .join(&claim.namespace)
             .join(format!("{}.json", claim.name));
-        let err = |why: String| format!("reading {}: {why}", path.display());
-        // A regular file only: a FIFO would block the prepare, a device
-        // (`/dev/zero`) would never end. Opened without blocking and checked
-        // on the open file, so nothing can be swapped in between.
-        let file = std::fs::File::options()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| err(e.to_string()))?;
-        let meta = file.metadata().map_err(|e| err(e.to_string()))?;
-        if !meta.is_file() {
-            return Err(err("not a regular file".into()));
-        }
-        let mut bytes = Vec::new();
-        file.take(CLAIM_FILE_MAX + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| err(e.to_string()))?;
-        if bytes.len() as u64 > CLAIM_FILE_MAX {
-            return Err(err(format!("larger than {CLAIM_FILE_MAX} bytes")));
-        }
+        let bytes = p2p_host_io::read_limited(&path, CLAIM_FILE_MAX)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
     }
 }
@@ -197,7 +177,10 @@ mod tests {
         let e = source
             .claim(&claim("vms", "dir"), Duration::ZERO)
             .unwrap_err();
-        assert!(e.ends_with("dir.json: not a regular file"), "{e}");
+        assert!(
+            e.ends_with("dir.json: not a regular file (a directory)"),
+            "{e}"
+        );
 
         let fifo = ns.join("fifo.json");
         let made = std::process::Command::new("mkfifo")
@@ -208,7 +191,7 @@ mod tests {
         let e = source
             .claim(&claim("vms", "fifo"), Duration::ZERO)
             .unwrap_err();
-        assert!(e.ends_with("fifo.json: not a regular file"), "{e}");
+        assert!(e.ends_with("fifo.json: not a regular file (a FIFO)"), "{e}");
 
         let e = source
             .claim(&claim("vms", "absent"), Duration::ZERO)

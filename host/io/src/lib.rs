@@ -1,37 +1,31 @@
 //! Reading a file that someone else names (a capture, a conf, a kernel
-//! command line) without letting it decide how much is read: only a regular
-//! file, opened without blocking (a FIFO is refused rather than waited on),
-//! at most a given number of bytes. `/dev/zero` would otherwise be read until
-//! memory runs out.
+//! command line, a ResourceClaim file) without letting it decide how much is
+//! read: only a regular file, opened without blocking (a FIFO is refused
+//! rather than waited on), at most a given number of bytes. `/dev/zero`
+//! would otherwise be read until memory runs out. `p2p-host` and its
+//! Kubernetes edge both read through [`read_limited`].
 
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-/// Why a file was not read.
-#[derive(Debug)]
+/// Why a file was not read (the message does not repeat the path: callers
+/// name it).
+#[derive(Debug, thiserror::Error)]
 pub enum ReadRefused {
     /// Opening or reading it failed.
+    #[error("{0}")]
     Io(io::Error),
     /// It is not a regular file: what it is instead.
+    #[error("not a regular file ({0})")]
     NotAFile(&'static str),
     /// It holds more than the limit.
+    #[error("larger than {max} bytes")]
     TooBig {
         /// The limit in bytes.
         max: u64,
     },
-}
-
-impl fmt::Display for ReadRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReadRefused::Io(e) => write!(f, "{e}"),
-            ReadRefused::NotAFile(kind) => write!(f, "not a regular file ({kind})"),
-            ReadRefused::TooBig { max } => write!(f, "larger than {max} bytes"),
-        }
-    }
 }
 
 /// Reads `path` whole if it is a regular file of at most `max` bytes. Opened
