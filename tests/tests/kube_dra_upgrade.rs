@@ -149,11 +149,68 @@ fn delete_pod(cp: &ControlPlane, name: &str) {
     }
 }
 
+/// The kubelet's NodePrepareResources (or, with `unprepare`, its
+/// NodeUnprepareResources) for claim `name` through `node`'s DRA socket, as
+/// the kubelet sends it after the driver registered again; the claim's uid
+/// and its answer (the CDI ids, or the error).
+fn kubelet_call(
+    cp: &ControlPlane,
+    node: &SimNode,
+    name: &str,
+    unprepare: bool,
+) -> (String, Result<Vec<String>, String>) {
+    let claim = cp.get_json(&["get", "resourceclaim", name, "-n", NS]);
+    let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
+    let socket = node.kubelet.join(format!("plugins/{DRIVER}/dra.sock"));
+    // The socket is there once the restarted driver serves.
+    cp.wait_for("the DRA socket", Duration::from_secs(30), || {
+        socket.exists().then_some(())
+    });
+    let answer = p2p_tests::dra_node::rt().block_on(async {
+        let mut dra = p2p_tests::dra_kubelet::Dra::v1(&socket).await;
+        dra.timeout = Some(Duration::from_secs(45));
+        if unprepare {
+            let u = dra.unprepare(&[(NS, name, &uid)]).await.expect("answered");
+            match u[&uid].as_str() {
+                "" => Ok(Vec::new()),
+                e => Err(e.to_string()),
+            }
+        } else {
+            let a = dra.prepare(&[(NS, name, &uid)]).await.expect("answered");
+            let entry = &a[&uid];
+            if entry.error.is_empty() {
+                Ok(entry
+                    .devices
+                    .iter()
+                    .flat_map(|d| d.cdi_ids.clone())
+                    .collect())
+            } else {
+                Err(entry.error.clone())
+            }
+        }
+    });
+    (uid, answer)
+}
+
+/// The claims the node's driver has recorded, by uid, with their state.
+fn recorded(node: &SimNode) -> serde_json::Map<String, Value> {
+    let p = node
+        .kubelet
+        .join(format!("plugins/{DRIVER}/checkpoint.json"));
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let cp: Value = serde_json::from_str(&text).unwrap();
+    cp["claims"].as_object().cloned().unwrap_or_default()
+}
+
 /// Ten rolling restarts (SIGTERM, then start again, as a DaemonSet's
-/// update does): the slice stays published across each (the API server
-/// sends no DELETED event), a pod created while the driver is down is
-/// scheduled on the node, and each start adopts the slice: the same object
-/// (uid), the next pool generation, owned by the node's Node.
+/// update does) with a claim prepared across all of them: the slice stays
+/// published across each (the API server sends no DELETED event), a pod
+/// created while the driver is down is scheduled on the node and prepared
+/// by the restarted driver, each start adopts the slice (the same object,
+/// the next pool generation, owned by the node's Node), and the claim
+/// prepared before the first restart is neither lost nor prepared twice:
+/// the kubelet's prepare after each restart answers the same CDI ids from
+/// the checkpoint, its CDI spec is the same file, never written again.
 #[test]
 fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
     let cp = setup();
@@ -161,11 +218,23 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
     let first = at_generation(cp, &node, 1, Duration::from_secs(30));
     let uid = first["metadata"]["uid"].clone();
     let node_uid = cp.get_json(&["get", "node", "upgrade-a"])["metadata"]["uid"].clone();
+    // A VM's pod running across the restarts: its claim prepared once.
+    cp.apply(&one_gpu_pod("held", "upgrade-a").to_string())
+        .expect("the pod and its claim");
+    scheduled(cp, "held", "upgrade-a");
+    let (held_uid, held) = kubelet_call(cp, &node, "held", false);
+    let held = held.expect("the held claim is prepared");
+    let spec = node.cdi.join(format!("{DRIVER}-{held_uid}.json"));
+    let spec_written = std::fs::metadata(&spec).unwrap().modified().unwrap();
     let events = SliceEvents::start(cp, "upgrade-a");
     for round in 1..=10i64 {
         assert_eq!(node.terminate(), Some(0), "round {round}: a clean stop");
-        let held = node.slices(cp);
-        assert_eq!(held.len(), 1, "round {round}: the slice is still there");
+        let held_slices = node.slices(cp);
+        assert_eq!(
+            held_slices.len(),
+            1,
+            "round {round}: the slice is still there"
+        );
         assert!(
             node.driver_log().contains("stay published"),
             "{}",
@@ -186,6 +255,23 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
             "round {round}"
         );
         assert!(node.driver_log().contains("adopting the published slices"));
+        // The held claim: the same answer, from the checkpoint.
+        let (_, again) = kubelet_call(cp, &node, "held", false);
+        assert_eq!(again.as_ref(), Ok(&held), "round {round}: the held claim");
+        assert_eq!(
+            std::fs::metadata(&spec).unwrap().modified().unwrap(),
+            spec_written,
+            "round {round}: the held claim's CDI spec is not written again"
+        );
+        // The new pod's claim: prepared by the restarted driver, then given back.
+        let (new_uid, new) = kubelet_call(cp, &node, &pod, false);
+        assert!(new.is_ok(), "round {round}: {new:?}");
+        let claims = recorded(&node);
+        assert_eq!(claims.len(), 2, "round {round}: {claims:?}");
+        assert_eq!(claims[&held_uid]["state"], "prepared");
+        assert_eq!(claims[&new_uid]["state"], "prepared");
+        let (_, gone) = kubelet_call(cp, &node, &pod, true);
+        assert_eq!(gone, Ok(Vec::new()), "round {round}");
         delete_pod(cp, &pod);
     }
     let types = events.types();
@@ -197,6 +283,11 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
         types.iter().filter(|t| *t == "MODIFIED").count() >= 10,
         "one adoption per restart at least: {types:?}"
     );
+    let (_, gone) = kubelet_call(cp, &node, "held", true);
+    assert_eq!(gone, Ok(Vec::new()));
+    assert!(recorded(&node).is_empty(), "nothing left recorded");
+    assert!(!spec.exists(), "the held claim's spec removed at unprepare");
+    delete_pod(cp, "held");
     assert_eq!(node.terminate(), Some(0));
 }
 
