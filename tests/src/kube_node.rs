@@ -210,6 +210,16 @@ impl SimNode {
         std::fs::read_to_string(self._tmp.path().join("driver.log")).unwrap_or_default()
     }
 
+    /// The claims the driver's checkpoint records, by uid.
+    pub fn recorded_claims(&self) -> serde_json::Map<String, Value> {
+        let p = self
+            .kubelet
+            .join(format!("plugins/{DRIVER}/checkpoint.json"));
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let cp: Value = serde_json::from_str(&text).expect("the checkpoint is JSON");
+        cp["claims"].as_object().cloned().unwrap_or_default()
+    }
+
     /// The driver's slices of this node on the API server.
     pub fn slices(&self, cp: &ControlPlane) -> Vec<Value> {
         let list = cp.get_json(&[

@@ -191,15 +191,7 @@ fn a_thousand_claims_64_in_flight_are_each_prepared_once_and_given_back() {
             "{name}'s device"
         );
     }
-    let checkpoint: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            node.kubelet
-                .join(format!("plugins/{DRIVER}/checkpoint.json")),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let recorded = checkpoint["claims"].as_object().unwrap();
+    let recorded = node.recorded_claims();
     assert_eq!(recorded.len(), CLAIMS, "each claim recorded once");
     assert!(recorded.values().all(|e| e["state"] == "prepared"));
     let specs = std::fs::read_dir(&node.cdi).unwrap().count();
@@ -219,15 +211,7 @@ fn a_thousand_claims_64_in_flight_are_each_prepared_once_and_given_back() {
         }
     });
     report("unprepare", times, t0.elapsed());
-    let checkpoint: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            node.kubelet
-                .join(format!("plugins/{DRIVER}/checkpoint.json")),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(checkpoint["claims"], json!({}), "every claim given back");
+    assert!(node.recorded_claims().is_empty(), "every claim given back");
     assert_eq!(
         std::fs::read_dir(&node.cdi).unwrap().count(),
         0,

@@ -192,16 +192,6 @@ fn kubelet_call(
     (uid, answer)
 }
 
-/// The claims the node's driver has recorded, by uid, with their state.
-fn recorded(node: &SimNode) -> serde_json::Map<String, Value> {
-    let p = node
-        .kubelet
-        .join(format!("plugins/{DRIVER}/checkpoint.json"));
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let cp: Value = serde_json::from_str(&text).unwrap();
-    cp["claims"].as_object().cloned().unwrap_or_default()
-}
-
 /// Ten rolling restarts (SIGTERM, then start again, as a DaemonSet's
 /// update does) with a claim prepared across all of them: the slice stays
 /// published across each (the API server sends no DELETED event), a pod
@@ -266,7 +256,7 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
         // The new pod's claim: prepared by the restarted driver, then given back.
         let (new_uid, new) = kubelet_call(cp, &node, &pod, false);
         assert!(new.is_ok(), "round {round}: {new:?}");
-        let claims = recorded(&node);
+        let claims = node.recorded_claims();
         assert_eq!(claims.len(), 2, "round {round}: {claims:?}");
         assert_eq!(claims[&held_uid]["state"], "prepared");
         assert_eq!(claims[&new_uid]["state"], "prepared");
@@ -285,7 +275,7 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
     );
     let (_, gone) = kubelet_call(cp, &node, "held", true);
     assert_eq!(gone, Ok(Vec::new()));
-    assert!(recorded(&node).is_empty(), "nothing left recorded");
+    assert!(node.recorded_claims().is_empty(), "nothing left recorded");
     assert!(!spec.exists(), "the held claim's spec removed at unprepare");
     delete_pod(cp, "held");
     assert_eq!(node.terminate(), Some(0));

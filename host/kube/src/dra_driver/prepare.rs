@@ -99,6 +99,20 @@ impl Driver {
         ClaimError(format!("{claim}: {}", deadline.describe(step)))
     }
 
+    /// Holds `claim` for this call: waits, until `deadline`, for another
+    /// call on it (the kubelet's retry while the first still rolls back).
+    fn working_on(
+        &self,
+        claim: &ClaimRef,
+        deadline: Deadline,
+    ) -> Result<super::leases::Lease<'_, String>, ClaimError> {
+        self.in_flight
+            .acquire([claim.uid.clone()], deadline)
+            .ok_or_else(|| {
+                Self::abandoned(claim, deadline, "waiting for another call on this claim")
+            })
+    }
+
     /// Prepares `claim` within `deadline`: its devices' CDI ids. Idempotent:
     /// a claim already prepared answers what it answered before.
     pub fn prepare(
@@ -106,12 +120,7 @@ impl Driver {
         claim: &ClaimRef,
         deadline: Deadline,
     ) -> Result<Vec<PreparedDevice>, ClaimError> {
-        let _working = self
-            .in_flight
-            .acquire([claim.uid.clone()], deadline)
-            .ok_or_else(|| {
-                Self::abandoned(claim, deadline, "waiting for another call on this claim")
-            })?;
+        let _working = self.working_on(claim, deadline)?;
         if let Some(e) = self.entry(&claim.uid) {
             if e.state == State::Prepared {
                 return Ok(e.devices);
@@ -374,12 +383,7 @@ impl Driver {
     /// claim not prepared (or already unprepared) is no error. Once begun it
     /// is finished whatever the deadline (each step leaves less to undo).
     pub fn unprepare(&self, claim: &ClaimRef, deadline: Deadline) -> Result<(), ClaimError> {
-        let _working = self
-            .in_flight
-            .acquire([claim.uid.clone()], deadline)
-            .ok_or_else(|| {
-                Self::abandoned(claim, deadline, "waiting for another call on this claim")
-            })?;
+        let _working = self.working_on(claim, deadline)?;
         if self.entry(&claim.uid).is_none() {
             return Ok(());
         }
