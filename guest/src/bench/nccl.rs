@@ -134,6 +134,60 @@ impl AllReduce {
         Ok(bad_total)
     }
 
+    /// Every rank sends `block_bytes` to every other rank and receives as
+    /// much from each, all in one NCCL group (an all-to-all made of
+    /// ncclSend/ncclRecv), so NCCL connects every ordered pair; then every
+    /// received block is read back and checked against what its sender wrote.
+    pub fn exchange_every_pair(
+        &mut self,
+        rig: &Rig,
+        block_bytes: u64,
+    ) -> Result<PairExchange, CudaError> {
+        let n = self.comms.len();
+        let count = (block_bytes / 4).max(1) as usize;
+        // Rank r's block for peer p holds what `pair_value` says, so a block
+        // landing at the wrong rank or from the wrong sender is caught.
+        let mut send = Vec::with_capacity(n);
+        let mut recv = Vec::with_capacity(n);
+        for (r, s) in self.streams.iter().enumerate() {
+            let host: Vec<f32> = (0..n * count)
+                .map(|i| pair_value(r, i / count, i % count))
+                .collect();
+            let call = CudaError::at("cuMemAlloc", rig.ordinal(GpuIndex(r)));
+            send.push(s.clone_htod(&host).map_err(call)?);
+            let call = CudaError::at("cuMemAlloc", rig.ordinal(GpuIndex(r)));
+            recv.push(s.alloc_zeros::<f32>(n * count).map_err(call)?);
+        }
+        rig.synchronize_all()?;
+        nccl::group_start().map_err(|e| nccl_err("ncclGroupStart", e))?;
+        for (r, comm) in self.comms.iter().enumerate() {
+            for p in (0..n).filter(|&p| p != r) {
+                let block = p * count..(p + 1) * count;
+                comm.send(&send[r].slice(block.clone()), p as i32)
+                    .map_err(|e| nccl_err("ncclSend", e))?;
+                comm.recv(&mut recv[r].slice_mut(block), p as i32)
+                    .map_err(|e| nccl_err("ncclRecv", e))?;
+            }
+        }
+        nccl::group_end().map_err(|e| nccl_err("ncclGroupEnd", e))?;
+        let mut mismatches = 0;
+        for (r, s) in self.streams.iter().enumerate() {
+            let host = s
+                .clone_dtoh(&recv[r])
+                .map_err(CudaError::at("cuMemcpyDtoH", rig.ordinal(GpuIndex(r))))?;
+            for (i, v) in host.iter().enumerate() {
+                let from = i / count;
+                if from != r && *v != pair_value(from, r, i % count) {
+                    mismatches += 1;
+                }
+            }
+        }
+        Ok(PairExchange {
+            transfers: n * n.saturating_sub(1),
+            mismatches,
+        })
+    }
+
     /// Ranks (one per GPU).
     pub fn ranks(&self) -> usize {
         self.comms.len()
@@ -155,6 +209,21 @@ impl AllReduce {
     pub fn result_bytes(&self, bytes: u64) -> u64 {
         (bytes / 4).max(1) * 4 * self.comms.len() as u64
     }
+}
+
+/// What [`AllReduce::exchange_every_pair`] moved and found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairExchange {
+    /// Ordered pairs that exchanged a block: n(n-1).
+    pub transfers: usize,
+    /// Received elements that differ from what their sender wrote.
+    pub mismatches: u64,
+}
+
+/// Element `i` of the block rank `from` sends to rank `to`: distinct per
+/// ordered pair and exact in f32.
+fn pair_value(from: usize, to: usize, i: usize) -> f32 {
+    (from * 64 + to) as f32 * 8.0 + (i % 7) as f32
 }
 
 /// nccl-tests' bus bandwidth for all-reduce.

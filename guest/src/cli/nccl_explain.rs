@@ -49,9 +49,11 @@ pub struct ExplainArgs {
     /// Print a JSON report (schema vp2p.nccl-explain/1) instead of tables.
     #[arg(long)]
     json: bool,
-    /// Initialise NCCL over every GPU (one process, a 1 MiB all-reduce) with
-    /// the file explained, read back the transport of every channel from
-    /// NCCL's own debug output and compare; any difference exits 1.
+    /// Initialise NCCL over every GPU this process may use (one process; a
+    /// 1 MiB all-reduce, then a send and a receive between every ordered
+    /// pair) with the file explained, read back the transport of every
+    /// pair's channels from NCCL's own debug output and compare; any
+    /// difference exits 1.
     #[arg(long, conflicts_with = "hide_nvlink")]
     confirm: bool,
 }
@@ -92,12 +94,16 @@ fn confirm(
         );
     }
     let seen = nccl_rules::observed::parse_log(&text);
-    let mut differences = nccl_rules::observed::differences(pred, &seen, &order);
-    differences.extend(against_dump(&dir.join("nccl-topo-dump.xml"), facts, pred)?);
+    let mut check = nccl_rules::observed::check_pairs(pred, &seen, &order);
+    check
+        .differences
+        .extend(against_dump(&dir.join("nccl-topo-dump.xml"), facts, pred)?);
     Ok(Confirmation {
         nccl_version: seen.version.clone(),
         channels: seen.channels.len(),
-        differences,
+        confirmed: check.confirmed,
+        not_connected: check.not_connected,
+        differences: check.differences,
         kept_in: dir.display().to_string(),
     })
 }
@@ -113,8 +119,11 @@ fn against_dump(
         .map_err(|e| anyhow::anyhow!("{}: {e}", dump.display()))
 }
 
-/// `nccl-topo confirm-run`: one communicator over every GPU and a small
-/// all-reduce, NCCL's variables already set by the parent.
+/// `nccl-topo confirm-run`: one communicator over every GPU this process
+/// may use, a small all-reduce, then a send and a receive between every
+/// ordered pair (as an all-to-all does) so that NCCL opens a channel between
+/// every pair, not only between its rings' neighbours. NCCL's variables are
+/// already set by the parent.
 pub fn confirm_run() -> anyhow::Result<()> {
     let cuda = p2p_guest::cuda::Cuda::open()?;
     let n = cuda.gpus.len();
@@ -129,8 +138,28 @@ pub fn confirm_run() -> anyhow::Result<()> {
     if bad != 0 {
         anyhow::bail!("{bad} element(s) of the all-reduce differ from the expected sum");
     }
+    let pairs = ar.exchange_every_pair(&rig, PAIR_BLOCK_BYTES)?;
+    println!(
+        "vp2p-confirm: {} ordered pair(s) exchanged {} KiB each, {}",
+        pairs.transfers,
+        PAIR_BLOCK_BYTES >> 10,
+        if pairs.mismatches == 0 {
+            "verified"
+        } else {
+            "WRONG"
+        }
+    );
+    if pairs.mismatches != 0 {
+        anyhow::bail!(
+            "{} element(s) received between pairs differ from what was sent",
+            pairs.mismatches
+        );
+    }
     Ok(())
 }
+
+/// Bytes each rank sends to each other rank in the pair exchange.
+const PAIR_BLOCK_BYTES: u64 = 256 << 10;
 
 fn load(
     inputs: &ExplainInputs,
@@ -296,8 +325,12 @@ fn render_confirmation(c: &Confirmation, pairs: usize) -> String {
     );
     if c.differences.is_empty() {
         out.push_str(&format!(
-            "confirm: NCCL agrees with the prediction on {pairs} pair(s)\n"
+            "confirm: NCCL agrees with the prediction on {} of {pairs} pair(s)\n",
+            c.confirmed.len()
         ));
+    }
+    for n in &c.not_connected {
+        out.push_str(&format!("confirm: not connected: {n}\n"));
     }
     for d in &c.differences {
         out.push_str(&format!("CONFIRM MISMATCH: {d}\n"));

@@ -78,6 +78,10 @@ pub struct Confirmation {
     pub nccl_version: Option<String>,
     /// Channel connections read from NCCL's output.
     pub channels: usize,
+    /// Pairs whose every channel used the predicted transport (`a-b`).
+    pub confirmed: Vec<String>,
+    /// Pairs NCCL opened no channel between: nothing known, not a difference.
+    pub not_connected: Vec<String>,
     /// Where NCCL and the prediction differ; empty when they agree.
     pub differences: Vec<String>,
     /// NCCL's debug output and topology dump, kept for the record.

@@ -24,12 +24,14 @@ pub struct ProbeOptions {
 }
 
 /// Gathers every fact and decides every pair. Returns the opened CUDA
-/// driver too, so `--enable` and `bench` use the same contexts.
+/// driver too, so `--enable` and `bench` use the same contexts. With
+/// `CUDA_VISIBLE_DEVICES` set and CUDA answering, only the GPUs CUDA shows
+/// are probed.
 pub fn probe(
     root: &Path,
     opts: &ProbeOptions,
 ) -> Result<(ProbeReport, Option<Cuda>), sysfs::ProbeError> {
-    let gpus = sysfs::scan_gpus(root)?;
+    let mut gpus = sysfs::scan_gpus(root)?;
     let hv = hypervisor::detect();
     let (nv, cuda) = if opts.use_driver {
         (nvml::read(), Cuda::open().map_err(|e| e.to_string()))
@@ -43,6 +45,11 @@ pub fn probe(
         };
         (nv, Err(off))
     };
+    if let (Ok(c), true) = (&cuda, std::env::var_os("CUDA_VISIBLE_DEVICES").is_some()) {
+        // The process may use only the GPUs CUDA shows it: the others are
+        // left out of every pair, as NCCL and any CUDA program leave them.
+        gpus.retain(|g| c.gpus.iter().any(|x| x.bdf == g.bdf));
+    }
     let facts = match &cuda {
         Ok(c) => cuda_facts(c),
         Err(e) => Err(e.clone()),

@@ -123,34 +123,57 @@ impl Observed {
     }
 }
 
-/// Where NCCL's log differs from the prediction: one line per pair whose
-/// channels used another transport (or none was printed).
-pub fn differences(pred: &Prediction, seen: &Observed, order: &[Bdf]) -> Vec<String> {
-    let mut out = Vec::new();
+/// Every predicted pair held against NCCL's log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PairCheck {
+    /// Pairs whose every channel used the predicted transport, as `a-b`.
+    pub confirmed: Vec<String>,
+    /// Pairs NCCL opened no channel between (its rings and trees join
+    /// neighbours only, so an all-reduce alone leaves some pairs out): not a
+    /// difference, but nothing is known of them.
+    pub not_connected: Vec<String>,
+    /// Pairs whose channels used another transport than predicted, or that
+    /// connected though an initialisation error was predicted.
+    pub differences: Vec<String>,
+}
+
+/// Holds every pair of `pred` against what NCCL printed.
+pub fn check_pairs(pred: &Prediction, seen: &Observed, order: &[Bdf]) -> PairCheck {
+    let mut out = PairCheck::default();
     for p in &pred.pairs {
         let want = p.transport.to_string();
         let got = seen.transports(p.a, p.b, order);
-        if got.is_empty() {
-            out.push(format!(
-                "{}-{}: predicted {want}, NCCL printed no channel between them",
-                p.a, p.b
+        let name = format!("{}-{}", p.a, p.b);
+        if p.transport == Transport::Error {
+            if got.is_empty() {
+                out.not_connected.push(format!(
+                    "{name}: predicted an initialisation error; NCCL opened no channel between them"
+                ));
+            } else {
+                out.differences.push(format!(
+                    "{name}: predicted an initialisation error, NCCL connected over {}",
+                    got.join("+")
+                ));
+            }
+        } else if got.is_empty() {
+            out.not_connected.push(format!(
+                "{name}: predicted {want}; NCCL opened no channel between them"
             ));
         } else if got != [want.clone()] {
-            out.push(format!(
-                "{}-{}: predicted {want}, NCCL used {}",
-                p.a,
-                p.b,
-                got.join("+")
-            ));
-        }
-        if p.transport == Transport::Error && !got.is_empty() {
-            out.push(format!(
-                "{}-{}: predicted an initialisation error, NCCL connected",
-                p.a, p.b
-            ));
+            out.differences
+                .push(format!("{name}: predicted {want}, NCCL used {}", got.join("+")));
+        } else {
+            out.confirmed.push(name);
         }
     }
     out
+}
+
+/// Where NCCL's log differs from the prediction: one line per pair whose
+/// channels used another transport. Pairs without a channel are not
+/// differences ([`check_pairs`] lists them apart).
+pub fn differences(pred: &Prediction, seen: &Observed, order: &[Bdf]) -> Vec<String> {
+    check_pairs(pred, seen, order).differences
 }
 
 #[cfg(test)]
@@ -167,6 +190,60 @@ mod tests {
         assert_eq!(
             bus_from_nccl("1b000").map(|b| b.to_string()).as_deref(),
             Some("0000:1b:00.0")
+        );
+    }
+
+    fn verdict(a: &str, b: &str, t: Transport) -> crate::nccl_rules::PairVerdict {
+        crate::nccl_rules::PairVerdict {
+            a: a.parse().unwrap(),
+            b: b.parse().unwrap(),
+            path: crate::nccl_rules::PathType::Nvl,
+            bw_gbs: 0.0,
+            p2p_level: crate::nccl_rules::PathType::Pxb,
+            topology_allows_p2p: true,
+            driver: crate::nccl_rules::DriverP2p::Allowed,
+            transport: t,
+            reasons: Vec::new(),
+            decided_by: Vec::new(),
+        }
+    }
+
+    /// Four GPUs on a ring 0-1-2-3 (NCCL's format, src/transport/p2p.cc at
+    /// v2.28.3-1: `Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/...`): the
+    /// pairs 0-2 and 1-3 have no channel and are reported as not connected,
+    /// never as a difference; a pair over SHM where P2P was predicted is one.
+    #[test]
+    fn pairs_without_a_channel_are_not_differences() {
+        let log = "\
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+h:1:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via SHM/direct/direct
+h:1:2 [2] NCCL INFO Channel 00/0 : 2[2] -> 3[3] via P2P/CUMEM/read
+h:1:2 [3] NCCL INFO Channel 00/0 : 3[3] -> 0[0] via P2P/CUMEM/read
+";
+        let order: Vec<Bdf> = ["0000:00:06.0", "0000:00:07.0", "0000:00:08.0", "0000:00:09.0"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let mut pred = Prediction {
+            pairs: Vec::new(),
+            gpus: Vec::new(),
+        };
+        for (i, a) in order.iter().enumerate() {
+            for b in &order[i + 1..] {
+                pred.pairs
+                    .push(verdict(&a.to_string(), &b.to_string(), Transport::P2p));
+            }
+        }
+        let c = check_pairs(&pred, &parse_log(log), &order);
+        assert_eq!(
+            c.confirmed,
+            ["0000:00:06.0-0000:00:07.0", "0000:00:06.0-0000:00:09.0", "0000:00:08.0-0000:00:09.0"]
+        );
+        assert_eq!(c.not_connected.len(), 2, "{c:?}");
+        assert!(c.not_connected[0].starts_with("0000:00:06.0-0000:00:08.0: predicted P2P; NCCL opened no channel"));
+        assert_eq!(
+            c.differences,
+            ["0000:00:07.0-0000:00:08.0: predicted P2P, NCCL used SHM"]
         );
     }
 }
