@@ -201,7 +201,7 @@ pub fn pcie_facts(bdf: Bdf, raw: &[u8]) -> Option<PcieFacts> {
 /// only) cannot be read, or its extended capability list is malformed.
 pub fn ats_entry(root: &SysfsRoot, bdf: Bdf) -> AtsEntry {
     let p = root.path().join(format!("bus/pci/devices/{bdf}/config"));
-    let Ok(raw) = fs::read(&p) else {
+    let Ok(raw) = extended_capability_walk(&p) else {
         return AtsEntry::Unknown;
     };
     match ConfigSpace::new(&raw) {
@@ -213,6 +213,45 @@ pub fn ats_entry(root: &SysfsRoot, bdf: Bdf) -> AtsEntry {
         },
         _ => AtsEntry::Unknown,
     }
+}
+
+/// A 4 KiB image of `config` holding only what the extended-capability walk
+/// reads (the vendor id, each capability's header, and the ATS registers),
+/// zeros elsewhere; the 64-byte header alone when the function has no
+/// extended space. On a live host every config dword read is a kernel trip,
+/// and in a VM a trap to the VMM, so reading the whole 4 KiB for one
+/// capability costs 1,024 of them where this costs a handful.
+fn extended_capability_walk(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    use p2p_shared::pci::{CONFIG_EXTENDED_LEN, CONFIG_LEGACY_LEN};
+    let file = fs::File::open(path)?;
+    let dword = |off: usize| -> std::io::Result<[u8; 4]> {
+        let mut b = [0u8; 4];
+        file.read_exact_at(&mut b, off as u64)?;
+        Ok(b)
+    };
+    let mut image = vec![0u8; CONFIG_EXTENDED_LEN];
+    image[..4].copy_from_slice(&dword(0)?);
+    if (file.metadata()?.len() as usize) < CONFIG_EXTENDED_LEN {
+        image.truncate(p2p_shared::pci::CONFIG_HEADER_LEN);
+        return Ok(image);
+    }
+    let mut seen = [false; CONFIG_EXTENDED_LEN / 4];
+    let mut at = CONFIG_LEGACY_LEN;
+    while at >= CONFIG_LEGACY_LEN && at + 4 <= CONFIG_EXTENDED_LEN && !seen[at / 4] {
+        seen[at / 4] = true;
+        let header = dword(at)?;
+        image[at..at + 4].copy_from_slice(&header);
+        let header = u32::from_le_bytes(header);
+        if header == 0 || header == u32::MAX {
+            break;
+        }
+        if header & 0xffff == u32::from(p2p_shared::pci::ext_cap_id::ATS) && at + 8 <= CONFIG_EXTENDED_LEN {
+            image[at + 4..at + 8].copy_from_slice(&dword(at + 4)?);
+        }
+        at = (header >> 20) as usize & !3;
+    }
+    Ok(image)
 }
 
 /// Whether `p2p-host serve --gpu ...,vfio=BDF` can serve `bdf` (the

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use std::ffi::OsStr;
 
@@ -59,6 +60,19 @@ pub fn discover(
     selector: &GpuSelector,
     opts: &NvLinkOptions,
 ) -> Result<(), NvLinkError> {
+    discover_with(topo, selector, opts, None).map(|_| ())
+}
+
+/// [`discover`] with NVML perhaps already opened (`nvml`: the result of
+/// [`open_nvml`], started by the caller while it scanned), returning how
+/// long NVML took phase by phase.
+pub fn discover_with(
+    topo: &mut Topology,
+    selector: &GpuSelector,
+    opts: &NvLinkOptions,
+    nvml: Option<(Result<Nvml, NvmlError>, Duration)>,
+) -> Result<NvmlTimings, NvLinkError> {
+    let mut timings = NvmlTimings::default();
     let gpus: Vec<Bdf> = topo
         .functions
         .iter()
@@ -68,17 +82,22 @@ pub fn discover(
     if let Some(path) = &opts.map {
         topo.nvlinks = read_map(path, &gpus)?;
         topo.nvlink_source = Some(NvLinkSource::OperatorMap);
-        return Ok(());
+        return Ok(timings);
     }
     let any_nvidia = gpus
         .iter()
         .any(|b| topo.function(*b).is_some_and(|f| f.vendor == NVIDIA_VENDOR));
     if opts.use_nvml && any_nvidia {
-        match from_nvml(&gpus) {
+        let (opened, open_took) = nvml.unwrap_or_else(|| {
+            let t = Instant::now();
+            (open_nvml(), t.elapsed())
+        });
+        timings.open = open_took;
+        match opened.and_then(|n| nvml_links(&n, &gpus, &mut timings)) {
             Ok(links) => {
                 topo.nvlinks = links;
                 topo.nvlink_source = Some(NvLinkSource::Nvml);
-                return Ok(());
+                return Ok(timings);
             }
             Err(why) => topo.notes.push(format!("NVML not used: {why}")),
         }
@@ -88,7 +107,21 @@ pub fn discover(
         topo.nvlinks = links;
         topo.nvlink_source = Some(NvLinkSource::NvSwitch);
     }
-    Ok(())
+    Ok(timings)
+}
+
+/// How long NVLink discovery spent in NVML, phase by phase (`p2p-host topo
+/// --timings`); zero for phases that did not run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvmlTimings {
+    /// Loading and initialising NVML (its driver attach included).
+    pub open: Duration,
+    /// Device handles and their PCI bus ids.
+    pub devices: Duration,
+    /// Every link's state and remote end, all GPUs at once.
+    pub links: Duration,
+    /// NVLink P2P status of the pairs joined through NVSwitches.
+    pub p2p: Duration,
 }
 
 /// GPUs on one HGX baseboard (8 GPUs behind its NVSwitches).
@@ -242,7 +275,9 @@ pub enum NvmlError {
     },
 }
 
-fn open_nvml() -> Result<Nvml, NvmlError> {
+/// Loads and initialises NVML. Callers that scan meanwhile start this on a
+/// thread of its own: NVML's initialisation is most of a live read.
+pub fn open_nvml() -> Result<Nvml, NvmlError> {
     let mut builder = Nvml::builder();
     builder.lib_path(OsStr::new("libnvidia-ml.so.1"));
     builder
@@ -255,7 +290,27 @@ fn open_nvml() -> Result<Nvml, NvmlError> {
 /// to NVSwitches count for every pair NVML says can do NVLink P2P, as the
 /// smaller of the two GPUs' switch link counts (what `nvidia-smi topo -m` shows).
 pub fn from_nvml(gpus: &[Bdf]) -> Result<Vec<NvLink>, NvmlError> {
-    let nvml = open_nvml()?;
+    nvml_links(&open_nvml()?, gpus, &mut NvmlTimings::default())
+}
+
+/// One GPU's active links as NVML reports them: the remote end's bus id
+/// where NVML gives one.
+fn active_links(dev: &nvml_wrapper::Device<'_>) -> Vec<Option<Bdf>> {
+    // NVML_NVLINK_MAX_LINKS is 18 on Hopper and Blackwell.
+    (0..18u32)
+        .map(|link| dev.link_wrapper_for(link))
+        .filter(|l| l.is_active().unwrap_or(false))
+        .map(|l| {
+            l.remote_pci_info()
+                .ok()
+                .and_then(|p| p.bus_id.parse::<Bdf>().ok())
+        })
+        .collect()
+}
+
+/// [`from_nvml`] on an opened NVML, timing each phase into `t`.
+pub fn nvml_links(nvml: &Nvml, gpus: &[Bdf], t: &mut NvmlTimings) -> Result<Vec<NvLink>, NvmlError> {
+    let started = Instant::now();
     let count = nvml.device_count().map_err(NvmlError::Count)?;
     let mut devices = Vec::new();
     for index in 0..count {
@@ -280,23 +335,30 @@ pub fn from_nvml(gpus: &[Bdf]) -> Result<Vec<NvLink>, NvmlError> {
         })?;
         devices.push((bdf, dev));
     }
+    t.devices = started.elapsed();
+    let started = Instant::now();
+    // Each GPU's 18 link queries are driver calls of their own: one thread
+    // per GPU asks them all at once (NVML is thread-safe).
+    let remotes: Vec<Vec<Option<Bdf>>> = std::thread::scope(|scope| {
+        let asked: Vec<_> = devices
+            .iter()
+            .map(|(_, dev)| scope.spawn(move || active_links(dev)))
+            .collect();
+        asked
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    t.links = started.elapsed();
+    let started = Instant::now();
     let known: Vec<Bdf> = devices.iter().map(|(b, _)| *b).collect();
     let mut direct: BTreeMap<(Bdf, Bdf), u32> = BTreeMap::new();
     let mut to_switch: BTreeMap<Bdf, u32> = BTreeMap::new();
-    for (bdf, dev) in &devices {
-        // NVML_NVLINK_MAX_LINKS is 18 on Hopper and Blackwell.
-        for link in 0..18u32 {
-            let l = dev.link_wrapper_for(link);
-            if !l.is_active().unwrap_or(false) {
-                continue;
-            }
-            let remote = l
-                .remote_pci_info()
-                .ok()
-                .and_then(|p| p.bus_id.parse::<Bdf>().ok());
+    for ((bdf, _), links) in devices.iter().zip(&remotes) {
+        for remote in links {
             match remote {
-                Some(r) if known.contains(&r) => {
-                    let key = if *bdf < r { (*bdf, r) } else { (r, *bdf) };
+                Some(r) if known.contains(r) => {
+                    let key = if bdf < r { (*bdf, *r) } else { (*r, *bdf) };
                     *direct.entry(key).or_default() += 1;
                 }
                 _ => *to_switch.entry(*bdf).or_default() += 1,
@@ -334,5 +396,6 @@ pub fn from_nvml(gpus: &[Bdf]) -> Result<Vec<NvLink>, NvmlError> {
             }
         }
     }
+    t.p2p = started.elapsed();
     Ok(out)
 }

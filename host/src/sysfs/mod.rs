@@ -8,5 +8,5 @@ mod reader;
 mod resolve;
 mod scan;
 
-pub use reader::SysfsReader;
+pub use reader::{ReadTimings, SysfsReader};
 pub use scan::{scan, ScanError, SysfsRoot};

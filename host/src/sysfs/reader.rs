@@ -3,11 +3,12 @@
 //! trait (the Kubernetes edge).
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use p2p_shared::{GpuSelector, Topology, TopologyReadError, TopologyReader};
 
 use super::{scan, SysfsRoot};
-use crate::nvlink::{self, NvLinkOptions};
+use crate::nvlink::{self, NvLinkOptions, NvmlTimings};
 
 /// Reads a sysfs tree as the `p2p-host` commands do: [`scan`], then, unless
 /// PCI alone was asked for, NVLink discovery for the GPUs `selector` picks
@@ -48,16 +49,61 @@ impl SysfsReader {
     /// Reads the tree at `root`, keeping the resolved root (for commands that
     /// go on to read more of it).
     pub fn read_root(&self, root: &SysfsRoot) -> Result<Topology, TopologyReadError> {
-        let mut topo = scan(root).map_err(TopologyReadError::new)?;
-        if let Some(opts) = &self.nvlink {
-            let opts = NvLinkOptions {
-                map: opts.map.clone(),
-                use_nvml: opts.use_nvml && root.is_live(),
-            };
-            nvlink::discover(&mut topo, &self.selector, &opts).map_err(TopologyReadError::new)?;
-        }
-        Ok(topo)
+        self.read_root_timed(root).map(|(topo, _)| topo)
     }
+
+    /// [`Self::read_root`], with how long each phase took. Where NVML will be
+    /// asked, it is opened on a thread of its own while the tree is scanned:
+    /// its initialisation, not the scan, is most of a live read.
+    pub fn read_root_timed(
+        &self,
+        root: &SysfsRoot,
+    ) -> Result<(Topology, ReadTimings), TopologyReadError> {
+        let opts = self.nvlink.as_ref().map(|o| NvLinkOptions {
+            map: o.map.clone(),
+            use_nvml: o.use_nvml && root.is_live(),
+        });
+        let early_nvml = opts.as_ref().is_some_and(|o| o.use_nvml && o.map.is_none());
+        std::thread::scope(|s| {
+            let opening = early_nvml.then(|| {
+                s.spawn(|| {
+                    let t = Instant::now();
+                    (nvlink::open_nvml(), t.elapsed())
+                })
+            });
+            let t = Instant::now();
+            let scanned = scan(root).map_err(TopologyReadError::new);
+            let scan_took = t.elapsed();
+            let opened = opening.and_then(|h| h.join().ok());
+            let mut topo = scanned?;
+            let t = Instant::now();
+            let nvml = match &opts {
+                Some(opts) => nvlink::discover_with(&mut topo, &self.selector, opts, opened)
+                    .map_err(TopologyReadError::new)?,
+                None => NvmlTimings::default(),
+            };
+            Ok((
+                topo,
+                ReadTimings {
+                    scan: scan_took,
+                    nvlink: t.elapsed(),
+                    nvml,
+                },
+            ))
+        })
+    }
+}
+
+/// How long one read of a tree took, phase by phase (`p2p-host topo --timings`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadTimings {
+    /// The PCI scan: every function's attributes and config header.
+    pub scan: Duration,
+    /// NVLink discovery after the scan (NVML's queries; its opening ran
+    /// beside the scan and is in `nvml.open`).
+    pub nvlink: Duration,
+    /// NVML's phases.
+    pub nvml: NvmlTimings,
 }
 
 impl TopologyReader for SysfsReader {

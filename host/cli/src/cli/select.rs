@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use p2p_host::nvlink::NvLinkOptions;
-use p2p_host::sysfs::{SysfsReader, SysfsRoot};
+use p2p_host::sysfs::{ReadTimings, SysfsReader, SysfsRoot};
 use p2p_host_io::read_limited;
 use p2p_shared::chooser::{parse_fmpm_list, FmPartition};
 use p2p_shared::select::ClassPrefix;
@@ -74,12 +74,19 @@ impl TopologyArgs {
 
     /// Scans the tree and discovers NVLinks for the selected GPUs.
     pub fn load(&self) -> anyhow::Result<(SysfsRoot, Topology, GpuSelector)> {
+        self.load_timed().map(|(root, topo, selector, _)| (root, topo, selector))
+    }
+
+    /// [`Self::load`], with how long each phase of the read took.
+    pub fn load_timed(
+        &self,
+    ) -> anyhow::Result<(SysfsRoot, Topology, GpuSelector, ReadTimings)> {
         let root = SysfsRoot::new(&self.sysfs_root)?;
         let selector = self.selector();
-        let topo = self
+        let (topo, timings) = self
             .nvlinks
             .reader(selector.clone())
-            .read_root(&root)
+            .read_root_timed(&root)
             .with_context(|| format!("scanning {}", root.path().display()))?;
         if let GpuSelector::List { bdfs } = &selector {
             for b in bdfs {
@@ -91,7 +98,7 @@ impl TopologyArgs {
                 }
             }
         }
-        Ok((root, topo, selector))
+        Ok((root, topo, selector, timings))
     }
 }
 
