@@ -222,8 +222,8 @@ pub fn ats_entry(root: &SysfsRoot, bdf: Bdf) -> AtsEntry {
 /// and in a VM a trap to the VMM, so reading the whole 4 KiB for one
 /// capability costs 1,024 of them where this costs a handful.
 fn extended_capability_walk(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
     use p2p_shared::pci::{CONFIG_EXTENDED_LEN, CONFIG_LEGACY_LEN};
+    use std::os::unix::fs::FileExt;
     let file = fs::File::open(path)?;
     let dword = |off: usize| -> std::io::Result<[u8; 4]> {
         let mut b = [0u8; 4];
@@ -246,7 +246,9 @@ fn extended_capability_walk(path: &Path) -> std::io::Result<Vec<u8>> {
         if header == 0 || header == u32::MAX {
             break;
         }
-        if header & 0xffff == u32::from(p2p_shared::pci::ext_cap_id::ATS) && at + 8 <= CONFIG_EXTENDED_LEN {
+        if header & 0xffff == u32::from(p2p_shared::pci::ext_cap_id::ATS)
+            && at + 8 <= CONFIG_EXTENDED_LEN
+        {
             image[at + 4..at + 8].copy_from_slice(&dword(at + 4)?);
         }
         at = (header >> 20) as usize & !3;

@@ -309,7 +309,11 @@ fn active_links(dev: &nvml_wrapper::Device<'_>) -> Vec<Option<Bdf>> {
 }
 
 /// [`from_nvml`] on an opened NVML, timing each phase into `t`.
-pub fn nvml_links(nvml: &Nvml, gpus: &[Bdf], t: &mut NvmlTimings) -> Result<Vec<NvLink>, NvmlError> {
+pub fn nvml_links(
+    nvml: &Nvml,
+    gpus: &[Bdf],
+    t: &mut NvmlTimings,
+) -> Result<Vec<NvLink>, NvmlError> {
     let started = Instant::now();
     let count = nvml.device_count().map_err(NvmlError::Count)?;
     let mut devices = Vec::new();

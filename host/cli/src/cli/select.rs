@@ -74,13 +74,12 @@ impl TopologyArgs {
 
     /// Scans the tree and discovers NVLinks for the selected GPUs.
     pub fn load(&self) -> anyhow::Result<(SysfsRoot, Topology, GpuSelector)> {
-        self.load_timed().map(|(root, topo, selector, _)| (root, topo, selector))
+        self.load_timed()
+            .map(|(root, topo, selector, _)| (root, topo, selector))
     }
 
     /// [`Self::load`], with how long each phase of the read took.
-    pub fn load_timed(
-        &self,
-    ) -> anyhow::Result<(SysfsRoot, Topology, GpuSelector, ReadTimings)> {
+    pub fn load_timed(&self) -> anyhow::Result<(SysfsRoot, Topology, GpuSelector, ReadTimings)> {
         let root = SysfsRoot::new(&self.sysfs_root)?;
         let selector = self.selector();
         let (topo, timings) = self
