@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use p2p_shared::nccl_rules::observed::{differences, parse_log};
+use p2p_shared::nccl_rules::observed::{check_pairs, differences, parse_log};
 use p2p_shared::nccl_rules::{self, effective, DriverP2p, Graph, PathType, Transport, VmNic};
 use p2p_tests::nccl_explain::*;
 use p2p_tests::{binary, fixture_dir, repo_root, unpack_fixture};
@@ -361,4 +361,46 @@ fn derived_file_makes_nccl_agree_with_the_cliques() {
         let want = if clique(a) == clique(c) { "P2P" } else { "SHM" };
         assert_eq!(p["transport"], want, "{a}-{c}: {p:#}");
     }
+}
+
+/// NCCL 2.28.3's own channel lines from `explain --confirm` over the four
+/// H200s of 2026-11-28 (NV18 through NVSwitch; the all-reduce, then a send
+/// and a receive between every ordered pair). Against the prediction from
+/// NCCL's dump of that run (every pair NVL, P2P): with the pair exchange all
+/// six pairs are confirmed; the all-reduce's lines alone (connection index
+/// 0: the ring 0-1-2-3-0) leave 06.0-08.0 and 07.0-09.0 without a channel,
+/// reported as not connected and never as a difference (the false mismatch
+/// of 2026-11-27).
+#[test]
+fn four_gpu_confirm_log_connects_every_pair_and_the_all_reduce_alone_does_not() {
+    let dir = repo_root().join("docs/results/h200x4-2026-11-28-confirm-topo");
+    let dump = std::fs::read_to_string(dir.join("nccl-topo-dump.xml")).unwrap();
+    let log = std::fs::read_to_string(dir.join("nccl-log-channels.txt")).unwrap();
+    let gpus = ["0000:00:06.0", "0000:00:07.0", "0000:00:08.0", "0000:00:09.0"];
+    let pred = run(Some(&dump), &facts(intel(), &gpus), &env(&[]), DriverP2p::Allowed);
+    assert_eq!(pred.pairs.len(), 6);
+    for p in &pred.pairs {
+        assert_eq!((p.path, p.transport), (PathType::Nvl, Transport::P2p), "{p:?}");
+    }
+    let order: Vec<_> = gpus.iter().map(|g| b(g)).collect();
+    let seen = parse_log(&log);
+    assert_eq!(seen.version.as_deref(), Some("2.28.3+cuda13.0"));
+    let all = check_pairs(&pred, &seen, &order);
+    assert_eq!(all.confirmed.len(), 6, "{all:?}");
+    assert!(all.not_connected.is_empty() && all.differences.is_empty(), "{all:?}");
+    let ring: String = log
+        .lines()
+        .filter(|l| !l.contains("NCCL INFO Channel") || l.contains("/0 : "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ring = check_pairs(&pred, &parse_log(&ring), &order);
+    assert_eq!(ring.confirmed.len(), 4, "{ring:?}");
+    assert_eq!(
+        ring.not_connected
+            .iter()
+            .map(|n| n.split(": ").next().unwrap())
+            .collect::<Vec<_>>(),
+        ["0000:00:06.0-0000:00:08.0", "0000:00:07.0-0000:00:09.0"]
+    );
+    assert!(ring.differences.is_empty(), "{ring:?}");
 }
