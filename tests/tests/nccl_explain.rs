@@ -376,18 +376,35 @@ fn four_gpu_confirm_log_connects_every_pair_and_the_all_reduce_alone_does_not() 
     let dir = repo_root().join("docs/results/h200x4-2026-11-28-confirm-topo");
     let dump = std::fs::read_to_string(dir.join("nccl-topo-dump.xml")).unwrap();
     let log = std::fs::read_to_string(dir.join("nccl-log-channels.txt")).unwrap();
-    let gpus = ["0000:00:06.0", "0000:00:07.0", "0000:00:08.0", "0000:00:09.0"];
-    let pred = run(Some(&dump), &facts(intel(), &gpus), &env(&[]), DriverP2p::Allowed);
+    let gpus = [
+        "0000:00:06.0",
+        "0000:00:07.0",
+        "0000:00:08.0",
+        "0000:00:09.0",
+    ];
+    let pred = run(
+        Some(&dump),
+        &facts(intel(), &gpus),
+        &env(&[]),
+        DriverP2p::Allowed,
+    );
     assert_eq!(pred.pairs.len(), 6);
     for p in &pred.pairs {
-        assert_eq!((p.path, p.transport), (PathType::Nvl, Transport::P2p), "{p:?}");
+        assert_eq!(
+            (p.path, p.transport),
+            (PathType::Nvl, Transport::P2p),
+            "{p:?}"
+        );
     }
     let order: Vec<_> = gpus.iter().map(|g| b(g)).collect();
     let seen = parse_log(&log);
     assert_eq!(seen.version.as_deref(), Some("2.28.3+cuda13.0"));
     let all = check_pairs(&pred, &seen, &order);
     assert_eq!(all.confirmed.len(), 6, "{all:?}");
-    assert!(all.not_connected.is_empty() && all.differences.is_empty(), "{all:?}");
+    assert!(
+        all.not_connected.is_empty() && all.differences.is_empty(),
+        "{all:?}"
+    );
     let ring: String = log
         .lines()
         .filter(|l| !l.contains("NCCL INFO Channel") || l.contains("/0 : "))

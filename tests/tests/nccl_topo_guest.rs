@@ -141,11 +141,14 @@ fn install_refuses_a_file_for_another_vm() {
         "{}",
         r.stderr
     );
-    // A version NCCL 2.28 refuses, named with its line.
+    // A version NCCL 2.28 refuses, named with its line and NCCL's message.
     let r = try_install("v2.xml", &text.replace("version=\"1\"", "version=\"2\""));
     assert!(
-        r.stderr
-            .contains("v2.xml:1: <system version=\"2\">: NCCL 2.28 reads version 1 only"),
+        r.stderr.contains(
+            "v2.xml: NCCL 2.28.3 refuses this file at initialisation (ncclCommInitAll fails): \
+             line 1: <system version=\"2\"> version: NCCL prints \"NCCL WARN XML Topology has \
+             wrong version 2, 1 needed\" -> ncclInvalidUsage"
+        ),
         "{}",
         r.stderr
     );
@@ -171,7 +174,12 @@ fn install_refuses_a_file_for_another_vm() {
         "junk.xml",
         "<system version=\"1\">\n  <cpu numaid=\"0\">\n</system>\n",
     );
-    assert!(r.stderr.contains("junk.xml:3:"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("line 3: </system>: NCCL prints \"NCCL WARN XML Mismatch : cpu / system\""),
+        "{}",
+        r.stderr
+    );
     assert!(!out.exists(), "nothing was installed");
     // No fw_cfg in a captured tree: the error says what to do.
     let r = guest(&[

@@ -161,10 +161,8 @@ pub fn confirm_run() -> anyhow::Result<()> {
 /// Bytes each rank sends to each other rank in the pair exchange.
 const PAIR_BLOCK_BYTES: u64 = 256 << 10;
 
-fn load(
-    inputs: &ExplainInputs,
-    choice: &FileChoice,
-) -> anyhow::Result<Option<nccl_rules::TopoXml>> {
+/// The text of the file NCCL will load; None when it loads none.
+fn load(inputs: &ExplainInputs, choice: &FileChoice) -> anyhow::Result<Option<String>> {
     let Some(path) = &choice.path else {
         return Ok(None);
     };
@@ -179,8 +177,7 @@ fn load(
             }
         )
     })?;
-    let xml = nccl_rules::parse(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
-    Ok(Some(xml))
+    Ok(Some(text))
 }
 
 pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
@@ -201,7 +198,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("reading the GPUs of {}", a.sysfs_root.display()))?;
     let mut what_if = Vec::new();
-    let (choice, xml) = if !a.assume_clique.is_empty() {
+    let (choice, text) = if !a.assume_clique.is_empty() {
         let (system, _) = nccl_topo::derive(&a.sysfs_root, &a.assume_clique)?;
         let text = render(&system);
         let list: Vec<String> = a
@@ -210,44 +207,36 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
             .map(|(b, c)| format!("{b}={c}"))
             .collect();
         what_if.push(format!("--assume-clique {}", list.join(" ")));
-        let xml = nccl_rules::parse(&text).map_err(|e| anyhow::anyhow!("derived file: {e}"))?;
         (
             FileChoice {
                 path: None,
                 why: "what-if: the file `p2p-guest nccl-topo --assume-clique` would write".into(),
             },
-            Some(xml),
+            Some(text),
         )
     } else {
         let choice = explain::choose_file(&inputs, &env);
-        let xml = load(&inputs, &choice)?;
-        (choice, xml)
+        let text = load(&inputs, &choice)?;
+        (choice, text)
     };
     let cpu = explain::read_cpu(&a.cpuinfo);
-    let facts = if probe.gpus.is_empty() {
-        match &xml {
-            Some(x) if a.file.is_some() => explain::facts_from_file(x, cpu.clone()),
-            _ => {
-                let root = p2p_guest::probe::sysfs::resolve_root(&a.sysfs_root);
-                eprintln!(
-                    "p2p-guest: no NVIDIA GPU in {}: nothing for NCCL to do here (explain a file outside a VM with --file)",
-                    root.display()
-                );
-                std::process::exit(NO_GPU_EXIT);
-            }
-        }
-    } else {
-        explain::vm_facts(&a.sysfs_root, &probe, cpu.clone())
-            .map_err(|e: NcclTopoError| anyhow::anyhow!(e))?
-    };
-    let mut eff = nccl_rules::effective(xml.as_ref(), &facts);
-    if a.hide_nvlink {
-        what_if.push("--hide-nvlink".into());
-        nccl_rules::fill::hide_nvlink(&mut eff);
-    }
-    let graph = Graph::build(&eff.xml);
-    let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
     let in_vm = !probe.gpus.is_empty();
+    if !in_vm && (text.is_none() || a.file.is_none()) {
+        let root = p2p_guest::probe::sysfs::resolve_root(&a.sysfs_root);
+        eprintln!(
+            "p2p-guest: no NVIDIA GPU in {}: nothing for NCCL to do here (explain a file outside a VM with --file)",
+            root.display()
+        );
+        std::process::exit(NO_GPU_EXIT);
+    }
+    let vm = if in_vm {
+        Some(
+            explain::vm_facts(&a.sysfs_root, &probe, cpu.clone())
+                .map_err(|e: NcclTopoError| anyhow::anyhow!(e))?,
+        )
+    } else {
+        None
+    };
     let answers = |x: Bdf, y: Bdf| {
         if in_vm {
             explain::driver_answer(&probe, x, y)
@@ -258,6 +247,62 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
             )
         }
     };
+    if a.hide_nvlink {
+        what_if.push("--hide-nvlink".into());
+    }
+    // NCCL's loader first: a file it refuses is reported as its refusal.
+    let refusals = text
+        .as_deref()
+        .map(|t| nccl_topo::loader::loader_refusals(t, &a.sysfs_root, vm.as_ref(), &cpu))
+        .unwrap_or_default();
+    if !refusals.is_empty() {
+        let order: Vec<Bdf> = match &vm {
+            Some(f) => f.gpus.iter().map(|g| g.busid).collect(),
+            None => nccl_rules::loader::file_gpus(text.as_deref().unwrap_or_default()),
+        };
+        let (pairs, gpus) = nccl_topo::loader::refused_pairs(&order, &refusals, &env, &answers);
+        if a.confirm {
+            eprintln!("confirm: skipped: NCCL refuses the file at initialisation");
+        }
+        let report = ExplainReport {
+            schema: EXPLAIN_SCHEMA.into(),
+            nccl_rules: NCCL_RULES_VERSION.into(),
+            mismatches: explain::mismatches(&pairs, &choice),
+            file: choice,
+            what_if,
+            variables: env.settings.clone(),
+            cpu,
+            notes: Vec::new(),
+            pairs,
+            gpus,
+            confirm: None,
+            loader_refusals: refusals,
+        };
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", render_text(&report));
+        }
+        std::process::exit(1);
+    }
+    let xml = match &text {
+        None => None,
+        Some(t) => Some(nccl_rules::parse(t).map_err(|e| match &choice.path {
+            Some(path) => anyhow::anyhow!("{path}: {e}"),
+            None => anyhow::anyhow!("derived file: {e}"),
+        })?),
+    };
+    let facts = match (vm, &xml) {
+        (Some(f), _) => f,
+        (None, Some(x)) => explain::facts_from_file(x, cpu.clone()),
+        (None, None) => anyhow::bail!("no GPU here and no file to explain"),
+    };
+    let mut eff = nccl_rules::effective(xml.as_ref(), &facts);
+    if a.hide_nvlink {
+        nccl_rules::fill::hide_nvlink(&mut eff);
+    }
+    let graph = Graph::build(&eff.xml);
+    let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
     let pred = nccl_rules::predict(&graph, &env, &order, &|x, y| answers(x, y).0);
     let pairs: Vec<ExplainedPair> = pred
         .pairs
@@ -301,6 +346,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         pairs,
         gpus: pred.gpus,
         confirm: confirmation.clone(),
+        loader_refusals: Vec::new(),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -368,6 +414,14 @@ pub fn render_text(r: &ExplainReport) -> String {
             _ => String::new(),
         }
     ));
+    if !r.loader_refusals.is_empty() {
+        out.push_str(
+            "NCCL refuses this file at initialisation (ncclCommInitAll fails; it stops at the first):\n",
+        );
+        for f in &r.loader_refusals {
+            out.push_str(&format!("  REFUSED {f}\n    why: {}\n", f.why));
+        }
+    }
     if !r.pairs.is_empty() {
         let mut t = Table::new(["PAIR", "PATH", "P2P LEVEL", "DRIVER", "NCCL", "DECIDED BY"]);
         for p in &r.pairs {
@@ -418,7 +472,9 @@ pub fn render_text(r: &ExplainReport) -> String {
     for n in &r.notes {
         out.push_str(&format!("  {n}\n"));
     }
-    if r.mismatches.is_empty() {
+    if !r.loader_refusals.is_empty() {
+        out.push_str("NCCL does not initialise with this file: every pair ERROR\n");
+    } else if r.mismatches.is_empty() {
         out.push_str("NCCL and the driver agree on every pair\n");
     } else {
         for m in &r.mismatches {

@@ -171,6 +171,7 @@ pub fn run(args: NcclTopoArgs) -> anyhow::Result<()> {
                 render(&system)
             };
             let installed = if args.derive.install {
+                nccl_topo::nccl_accepts(&c.out, &xml, &c.sysfs_root)?;
                 nccl_topo::write(&c.out, &xml)
                     .with_context(|| "installing the derived NCCL topology")?;
                 Some(c.out.clone())

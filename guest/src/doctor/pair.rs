@@ -275,6 +275,16 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
             .find(|p| (p.nccl.a == a && p.nccl.b == b) || (p.nccl.a == b && p.nccl.b == a))?;
         let tag = format!("{}-{}", p.nccl.a, p.nccl.b);
         let mismatch = e.mismatches.iter().find(|m| m.contains(&tag)).cloned();
+        // A file NCCL's loader refuses is the cause, whatever the driver says.
+        let mismatch = match e.loader_refusals.first() {
+            Some(r) if p.nccl.transport == p2p_shared::nccl_rules::Transport::Error => {
+                Some(format!(
+                    "NCCL refuses the topology file {} at initialisation: {r}",
+                    e.file.path.as_deref().unwrap_or("")
+                ))
+            }
+            _ => mismatch,
+        };
         Some((p.nccl.transport, mismatch))
     });
     let index = inputs
@@ -367,7 +377,10 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
         broken.push("a bench copy between the pair did not arrive whole".into());
     }
     match &nccl {
-        Some((p2p_shared::nccl_rules::Transport::Error, _)) => broken.push(
+        Some((p2p_shared::nccl_rules::Transport::Error, Some(m))) => {
+            broken.push(format!("NCCL will refuse to start: {m}"))
+        }
+        Some((p2p_shared::nccl_rules::Transport::Error, None)) => broken.push(
             "NCCL will refuse to start: NVLink joins the pair but the driver will not peer it"
                 .into(),
         ),

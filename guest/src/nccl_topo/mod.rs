@@ -6,9 +6,13 @@
 pub mod explain;
 mod file;
 mod functions;
+pub mod loader;
+pub mod vm_facts;
 
 use std::path::{Path, PathBuf};
 
+use p2p_shared::nccl_rules::loader::LoaderRefusal;
+use p2p_shared::nccl_rules::CpuIdentity;
 use p2p_shared::nccl_topo::{self, CliqueGpu, NcclSystem, FW_CFG_NAME};
 use p2p_shared::Bdf;
 use serde::{Deserialize, Serialize};
@@ -65,6 +69,17 @@ pub enum NcclTopoError {
     /// `--assume-clique` named an address that is not an NVIDIA GPU of this VM.
     #[error("--assume-clique: {0} is not an NVIDIA GPU of this VM")]
     NotAGpu(Bdf),
+    /// NCCL 2.28.3 would refuse the file at initialisation in this VM.
+    #[error(
+        "{path}: NCCL 2.28.3 refuses this file at initialisation (ncclCommInitAll fails): {}",
+        refusals.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ")
+    )]
+    NcclRefuses {
+        /// The file.
+        path: PathBuf,
+        /// Each reason, with its line, element, attribute and NCCL's message.
+        refusals: Vec<LoaderRefusal>,
+    },
 }
 
 /// Where the host's file appears in the guest's sysfs.
@@ -244,6 +259,33 @@ pub fn fill_affinity(system: &mut NcclSystem, sysfs_root: &Path) {
     }
 }
 
+/// Refuses `text` (to be installed at, or read from, `path`) when NCCL
+/// 2.28.3 would refuse it at initialisation in this VM: with the VM's GPUs
+/// and nets in use, its sysfs, and this CPU's architecture (its vendor
+/// unknown, so no family or model is asked of a `<cpu>` NCCL fills).
+pub fn nccl_accepts(path: &Path, text: &str, sysfs_root: &Path) -> Result<(), NcclTopoError> {
+    let root = resolve_root(sysfs_root);
+    let functions = read_functions(sysfs_root)?;
+    let gpus: Vec<Bdf> = scan_gpus(sysfs_root)?.iter().map(|g| g.bdf).collect();
+    let nets: Vec<String> = vm_facts::read_nics(&root, &functions)
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let cpu = CpuIdentity {
+        arch: std::env::consts::ARCH.to_string(),
+        ..CpuIdentity::default()
+    };
+    let refusals = loader::refusals_in_vm(text, sysfs_root, &gpus, &nets, &cpu);
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(NcclTopoError::NcclRefuses {
+            path: path.to_path_buf(),
+            refusals,
+        })
+    }
+}
+
 /// Reads, checks and (unless `dry_run`) writes the host's file to `out`.
 pub fn install_from(
     from: &Path,
@@ -265,6 +307,9 @@ pub fn install_from(
             })
         }
     };
+    // NCCL's refusal first: vp2p's reader may stop at the same place with
+    // less to say.
+    nccl_accepts(from, &text, sysfs_root)?;
     let mut system = parse(from, &text)?;
     let functions = read_functions(sysfs_root)?;
     let checks = check(&system, &functions);
@@ -286,6 +331,7 @@ pub fn install_from(
     }
     fill_affinity(&mut system, sysfs_root);
     let xml = nccl_topo::render(&system);
+    nccl_accepts(out, &xml, sysfs_root)?;
     let installed = if dry_run {
         None
     } else {

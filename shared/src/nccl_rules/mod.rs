@@ -4,7 +4,8 @@
 //! [`xml`] reads a file or NCCL's dump; [`fill`] makes NCCL's system of it in
 //! a VM (`ncclTopoGetSystem`); [`graph`] builds NCCL's nodes, links and paths;
 //! [`predict`] applies the P2P, SHM, network and GPUDirect RDMA rules under
-//! the variables of [`env`]. The rules are NCCL's as its source states them
+//! the variables of [`env`]. [`loader`] says first whether NCCL accepts the
+//! file at all. The rules are NCCL's as its source states them
 //! (src/graph/paths.cc, topo.cc, xml.cc; src/transport/p2p.cc, shm.cc); not
 //! modelled: PXN (reaching a NIC through an NVLink peer; `NCCL_PXN_DISABLE=1`
 //! makes the model exact), C2C platforms, multi-node (MNNVL), NIC filters
@@ -13,6 +14,7 @@
 pub mod env;
 pub mod fill;
 pub mod graph;
+pub mod loader;
 pub mod observed;
 pub mod path;
 pub mod predict;

@@ -160,8 +160,10 @@ pub fn check_pairs(pred: &Prediction, seen: &Observed, order: &[Bdf]) -> PairChe
                 "{name}: predicted {want}; NCCL opened no channel between them"
             ));
         } else if got != [want.clone()] {
-            out.differences
-                .push(format!("{name}: predicted {want}, NCCL used {}", got.join("+")));
+            out.differences.push(format!(
+                "{name}: predicted {want}, NCCL used {}",
+                got.join("+")
+            ));
         } else {
             out.confirmed.push(name);
         }
@@ -220,10 +222,15 @@ h:1:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via SHM/direct/direct
 h:1:2 [2] NCCL INFO Channel 00/0 : 2[2] -> 3[3] via P2P/CUMEM/read
 h:1:2 [3] NCCL INFO Channel 00/0 : 3[3] -> 0[0] via P2P/CUMEM/read
 ";
-        let order: Vec<Bdf> = ["0000:00:06.0", "0000:00:07.0", "0000:00:08.0", "0000:00:09.0"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect();
+        let order: Vec<Bdf> = [
+            "0000:00:06.0",
+            "0000:00:07.0",
+            "0000:00:08.0",
+            "0000:00:09.0",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
         let mut pred = Prediction {
             pairs: Vec::new(),
             gpus: Vec::new(),
@@ -237,10 +244,15 @@ h:1:2 [3] NCCL INFO Channel 00/0 : 3[3] -> 0[0] via P2P/CUMEM/read
         let c = check_pairs(&pred, &parse_log(log), &order);
         assert_eq!(
             c.confirmed,
-            ["0000:00:06.0-0000:00:07.0", "0000:00:06.0-0000:00:09.0", "0000:00:08.0-0000:00:09.0"]
+            [
+                "0000:00:06.0-0000:00:07.0",
+                "0000:00:06.0-0000:00:09.0",
+                "0000:00:08.0-0000:00:09.0"
+            ]
         );
         assert_eq!(c.not_connected.len(), 2, "{c:?}");
-        assert!(c.not_connected[0].starts_with("0000:00:06.0-0000:00:08.0: predicted P2P; NCCL opened no channel"));
+        assert!(c.not_connected[0]
+            .starts_with("0000:00:06.0-0000:00:08.0: predicted P2P; NCCL opened no channel"));
         assert_eq!(
             c.differences,
             ["0000:00:07.0-0000:00:08.0: predicted P2P, NCCL used SHM"]

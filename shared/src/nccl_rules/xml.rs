@@ -83,7 +83,8 @@ pub struct XmlGpu {
 /// An `<nvlink>`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct XmlNvLink {
-    /// `target`: the peer's bus id (a GPU, or an NVSwitch's placeholder id).
+    /// `target`: the peer's bus id (a GPU, or an NVSwitch's placeholder id);
+    /// empty when the file gives none for a link that is not to a GPU.
     pub target: String,
     /// `count`: links to that target.
     pub count: u32,
@@ -181,13 +182,17 @@ fn nets(nic: roxmltree::Node) -> Result<Vec<XmlNet>, TopoXmlError> {
 fn gpu(n: roxmltree::Node) -> Result<XmlGpu, TopoXmlError> {
     let mut nvlinks = Vec::new();
     for l in n.children().filter(|c| c.has_tag_name("nvlink")) {
+        let tclass = hex_attr(l, "tclass")?.ok_or_else(|| bad(l, "<nvlink> without tclass"))?;
+        // NCCL reads the target only of a link to a GPU (src/graph/topo.cc:573).
+        let target = match l.attribute("target") {
+            Some(t) => t.to_string(),
+            None if !l.attribute("tclass").is_some_and(|t| t.starts_with("0x03")) => String::new(),
+            None => return Err(bad(l, "<nvlink> to a GPU without target")),
+        };
         nvlinks.push(XmlNvLink {
-            target: l
-                .attribute("target")
-                .ok_or_else(|| bad(l, "<nvlink> without target"))?
-                .to_string(),
+            target,
             count: num(l, "count")?.ok_or_else(|| bad(l, "<nvlink> without count"))?,
-            tclass: hex_attr(l, "tclass")?.ok_or_else(|| bad(l, "<nvlink> without tclass"))?,
+            tclass,
         });
     }
     Ok(XmlGpu {
@@ -195,6 +200,24 @@ fn gpu(n: roxmltree::Node) -> Result<XmlGpu, TopoXmlError> {
         gdr: flag(n, "gdr")?,
         nvlinks,
     })
+}
+
+/// The class of a `<pci>` that gives none, where what it holds settles it:
+/// a `<gpu>` (NCCL sets `0x03` on a GPU's own `<pci>`, src/graph/xml.cc:890
+/// at v2.28.3-1), a `<nic>` (`0x02`, xml.cc:941), or `<pci>`s (a switch;
+/// NCCL reads its class from sysfs, or refuses the file when the bus id is
+/// not there, which [`super::loader`] tells first).
+fn class_nccl_gives(n: roxmltree::Node) -> Option<u32> {
+    let holds = |name: &str| n.children().any(|c| c.has_tag_name(name));
+    if holds("gpu") {
+        Some(0x030000)
+    } else if holds("nic") {
+        Some(0x020000)
+    } else if holds("pci") {
+        Some(0x060400)
+    } else {
+        None
+    }
 }
 
 /// `n`, a `<pci>` at nesting `depth` (1 directly below its `<cpu>`).
@@ -214,12 +237,15 @@ fn pci(n: roxmltree::Node, depth: usize) -> Result<XmlPci, TopoXmlError> {
     let busid: Bdf = text
         .parse()
         .map_err(|e| bad(n, format!("<pci> busid: {e}")))?;
-    let class = hex_attr(n, "class")?.ok_or_else(|| {
-        bad(
-            n,
-            format!("<pci busid=\"{busid}\"> without class (NCCL needs it)"),
-        )
-    })?;
+    let class = match hex_attr(n, "class")? {
+        Some(c) => c,
+        None => class_nccl_gives(n).ok_or_else(|| {
+            bad(
+                n,
+                format!("<pci busid=\"{busid}\"> without class (NCCL needs it)"),
+            )
+        })?,
+    };
     let mut out = XmlPci {
         busid,
         class,
@@ -416,6 +442,31 @@ mod tests {
         assert_eq!(e.line, cut.trim_end().lines().count() as u32, "{e}");
         assert_eq!(e.line, 5);
         assert!(e.why.contains("ends"), "{e}");
+    }
+
+    /// What NCCL fills or never reads is not demanded: the class of a GPU's
+    /// own `<pci>` (NCCL sets 0x03), of a switch (sysfs), of a NIC's (0x02);
+    /// the target of an NVLink to an NVSwitch.
+    #[test]
+    fn what_nccl_fills_is_not_demanded() {
+        let text = "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:ff:00.0\">\n<pci busid=\"0000:00:06.0\"><gpu><nvlink count=\"18\" tclass=\"0x068000\"/></gpu></pci>\n</pci>\n<pci busid=\"0000:00:09.0\"><nic><net name=\"mlx5_0\"/></nic></pci>\n</cpu>\n</system>";
+        let xml = parse(text).unwrap();
+        let classes: Vec<u32> = xml.pci_nodes().iter().map(|(_, p)| p.class).collect();
+        assert_eq!(classes, [0x060400, 0x030000, 0x020000]);
+        assert_eq!(xml.gpu_busids(), ["0000:00:06.0".parse::<Bdf>().unwrap()]);
+        let link = &xml
+            .find("0000:00:06.0".parse().unwrap())
+            .unwrap()
+            .gpu
+            .as_ref()
+            .unwrap()
+            .nvlinks[0];
+        assert_eq!((link.target.as_str(), link.count), ("", 18));
+        let e = parse(&text.replace("0x068000", "0x030200")).unwrap_err();
+        assert_eq!(
+            (e.line, e.why.as_str()),
+            (4, "<nvlink> to a GPU without target")
+        );
     }
 
     /// `count="-1"` is a number: the message says what the count must be.
