@@ -421,3 +421,91 @@ fn four_gpu_confirm_log_connects_every_pair_and_the_all_reduce_alone_does_not() 
     );
     assert!(ring.differences.is_empty(), "{ring:?}");
 }
+
+/// NCCL 2.28.3 itself, on the one-H100 VM of 2026-11-28, given the file
+/// `p2p-guest nccl-topo --hide-nvlink` wrote there and ten copies, nine
+/// each missing what NCCL's reader or loader requires
+/// (docs/results/h100x1-2026-11-28-nccl-loader/files, NCCL's output beside
+/// each). On the captured tree of an H100 VM of the same kind (no driver):
+/// where NCCL printed a WARN and failed, explain exits 1 and its first
+/// refusal is that WARN, word for word; where NCCL initialised (the file as
+/// written, and without the GPU's class and link attributes, which NCCL
+/// fills), explain refuses nothing and exits 0.
+#[test]
+fn loader_refusals_are_what_nccl_printed_on_the_h100_vm() {
+    let tree = unpack_fixture("h100x1-passthrough-guest");
+    let dir = repo_root().join("docs/results/h100x1-2026-11-28-nccl-loader/files");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 11, "{files:?}");
+    let (mut refused, mut accepted) = (0, 0);
+    for file in &files {
+        let log = std::fs::read_to_string(file.with_extension("nccl.txt")).unwrap();
+        let warn = log
+            .lines()
+            .find_map(|l| l.split(" NCCL WARN ").nth(1))
+            .map(str::to_string);
+        let out = Command::new(binary("p2p-guest"))
+            .args([
+                "nccl-topo",
+                "explain",
+                "--no-driver",
+                "--json",
+                "--sysfs-root",
+            ])
+            .arg(tree.path().join("sysfs"))
+            .arg("--cpuinfo")
+            .arg(fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt"))
+            .arg("--file")
+            .arg(file)
+            .env_remove("NCCL_TOPO_FILE")
+            .env("HOME", "/nonexistent")
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: {}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        let first = report["loader_refusals"][0]["nccl_prints"].as_str();
+        match warn {
+            Some(w) => {
+                refused += 1;
+                assert_eq!(out.status.code(), Some(1), "{}", file.display());
+                assert_eq!(
+                    first,
+                    Some(format!("NCCL WARN {w}").as_str()),
+                    "{}",
+                    file.display()
+                );
+                assert!(
+                    report["pairs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|p| p["transport"] == "ERROR"),
+                    "{}",
+                    file.display()
+                );
+            }
+            None => {
+                accepted += 1;
+                assert!(log.contains("all-reduce verified"), "NCCL ran: {log}");
+                assert_eq!(out.status.code(), Some(0), "{}: {report:#}", file.display());
+                assert_eq!(
+                    report["loader_refusals"],
+                    serde_json::json!([]),
+                    "{}",
+                    file.display()
+                );
+            }
+        }
+    }
+    assert_eq!((refused, accepted), (9, 2));
+}
