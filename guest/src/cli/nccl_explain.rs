@@ -4,10 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use p2p_guest::nccl_topo::explain::{
-    self, Confirmation, ExplainInputs, ExplainReport, ExplainedPair, FileChoice, EXPLAIN_SCHEMA,
-    NCCL_RULES_VERSION,
-};
+use p2p_guest::nccl_topo::explain::{self, Confirmation, ExplainInputs, ExplainReport, FileChoice};
 use p2p_guest::nccl_topo::{self, NcclTopoError};
 use p2p_guest::probe::{self, ProbeOptions};
 use p2p_shared::nccl_rules::{self, Graph};
@@ -264,25 +261,10 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         if a.confirm {
             eprintln!("confirm: skipped: NCCL refuses the file at initialisation");
         }
-        let report = ExplainReport {
-            schema: EXPLAIN_SCHEMA.into(),
-            nccl_rules: NCCL_RULES_VERSION.into(),
-            mismatches: explain::mismatches(&pairs, &choice),
-            file: choice,
-            what_if,
-            variables: env.settings.clone(),
-            cpu,
-            notes: Vec::new(),
-            pairs,
-            gpus,
-            confirm: None,
-            loader_refusals: refusals,
-        };
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        } else {
-            print!("{}", render_text(&report));
-        }
+        let mut report = ExplainReport::new(choice, &env, cpu, pairs, gpus);
+        report.what_if = what_if;
+        report.loader_refusals = refusals;
+        print_report(&report, a.json)?;
         std::process::exit(1);
     }
     let xml = match &text {
@@ -304,17 +286,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
     let graph = Graph::build(&eff.xml);
     let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
     let pred = nccl_rules::predict(&graph, &env, &order, &|x, y| answers(x, y).0);
-    let pairs: Vec<ExplainedPair> = pred
-        .pairs
-        .into_iter()
-        .map(|p| {
-            let driver_decision = answers(p.a, p.b).1;
-            ExplainedPair {
-                nccl: p,
-                driver_decision,
-            }
-        })
-        .collect();
+    let pairs = explain::beside_driver(pred.pairs, &answers);
     let confirmation = if a.confirm {
         let derived;
         let file = if !a.assume_clique.is_empty() {
@@ -334,30 +306,32 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let report = ExplainReport {
-        schema: EXPLAIN_SCHEMA.into(),
-        nccl_rules: NCCL_RULES_VERSION.into(),
-        mismatches: explain::mismatches(&pairs, &choice),
-        file: choice,
-        what_if,
-        variables: env.settings.clone(),
-        cpu: explain::decided_cpu(&eff.xml, &cpu),
-        notes: eff.notes,
+    let mut report = ExplainReport::new(
+        choice,
+        &env,
+        explain::decided_cpu(&eff.xml, &cpu),
         pairs,
-        gpus: pred.gpus,
-        confirm: confirmation.clone(),
-        loader_refusals: Vec::new(),
-    };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render_text(&report));
-        if let Some(c) = &confirmation {
-            print!("{}", render_confirmation(c, report.pairs.len()));
-        }
-    }
+        pred.gpus,
+    );
+    report.what_if = what_if;
+    report.notes = eff.notes;
+    report.confirm = confirmation.clone();
+    print_report(&report, a.json)?;
     if confirmation.is_some_and(|c| !c.differences.is_empty()) {
         std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The report as JSON, or as tables with `--confirm`'s result after them.
+fn print_report(report: &ExplainReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", render_text(report));
+        if let Some(c) = &report.confirm {
+            print!("{}", render_confirmation(c, report.pairs.len()));
+        }
     }
     Ok(())
 }

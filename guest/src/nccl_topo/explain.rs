@@ -77,6 +77,51 @@ pub struct ExplainReport {
     pub loader_refusals: Vec<LoaderRefusal>,
 }
 
+/// Each NCCL verdict beside the driver's decision for its pair, from `answers`.
+pub fn beside_driver(
+    verdicts: Vec<PairVerdict>,
+    answers: &dyn Fn(Bdf, Bdf) -> (DriverP2p, Option<String>),
+) -> Vec<ExplainedPair> {
+    verdicts
+        .into_iter()
+        .map(|p| {
+            let driver_decision = answers(p.a, p.b).1;
+            ExplainedPair {
+                nccl: p,
+                driver_decision,
+            }
+        })
+        .collect()
+}
+
+impl ExplainReport {
+    /// The report of `pairs` and `gpus` for `file`, its mismatches
+    /// computed; what-ifs, notes, `--confirm` and refusals empty for the
+    /// caller to fill.
+    pub fn new(
+        file: FileChoice,
+        env: &NcclEnv,
+        cpu: CpuIdentity,
+        pairs: Vec<ExplainedPair>,
+        gpus: Vec<GpuVerdict>,
+    ) -> Self {
+        Self {
+            schema: EXPLAIN_SCHEMA.into(),
+            nccl_rules: NCCL_RULES_VERSION.into(),
+            mismatches: mismatches(&pairs, &file),
+            file,
+            what_if: Vec::new(),
+            variables: env.settings.clone(),
+            cpu,
+            notes: Vec::new(),
+            pairs,
+            gpus,
+            confirm: None,
+            loader_refusals: Vec::new(),
+        }
+    }
+}
+
 /// What `--confirm` saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Confirmation {
@@ -336,20 +381,9 @@ pub fn for_vm(inputs: &ExplainInputs, probe: &ProbeReport) -> Result<ExplainRepo
                 let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
                 let (pairs, gpus) =
                     refused_pairs(&order, &refusals, &env, &|x, y| driver_answer(probe, x, y));
-                return Ok(ExplainReport {
-                    schema: EXPLAIN_SCHEMA.into(),
-                    nccl_rules: NCCL_RULES_VERSION.into(),
-                    mismatches: mismatches(&pairs, &choice),
-                    file: choice,
-                    what_if: Vec::new(),
-                    variables: env.settings.clone(),
-                    cpu,
-                    notes: Vec::new(),
-                    pairs,
-                    gpus,
-                    confirm: None,
-                    loader_refusals: refusals,
-                });
+                let mut report = ExplainReport::new(choice, &env, cpu, pairs, gpus);
+                report.loader_refusals = refusals;
+                return Ok(report);
             }
             Some(nccl_rules::parse(&text).map_err(|e| NcclTopoError::Io {
                 path: PathBuf::from(path),
@@ -361,29 +395,9 @@ pub fn for_vm(inputs: &ExplainInputs, probe: &ProbeReport) -> Result<ExplainRepo
     let graph = nccl_rules::Graph::build(&eff.xml);
     let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
     let pred = nccl_rules::predict(&graph, &env, &order, &|x, y| driver_answer(probe, x, y).0);
-    let pairs: Vec<ExplainedPair> = pred
-        .pairs
-        .into_iter()
-        .map(|p| {
-            let driver_decision = driver_answer(probe, p.a, p.b).1;
-            ExplainedPair {
-                nccl: p,
-                driver_decision,
-            }
-        })
-        .collect();
-    Ok(ExplainReport {
-        schema: EXPLAIN_SCHEMA.into(),
-        nccl_rules: NCCL_RULES_VERSION.into(),
-        mismatches: mismatches(&pairs, &choice),
-        file: choice,
-        what_if: Vec::new(),
-        variables: env.settings.clone(),
-        cpu: decided_cpu(&eff.xml, &cpu),
-        notes: eff.notes,
-        pairs,
-        gpus: pred.gpus,
-        confirm: None,
-        loader_refusals: Vec::new(),
-    })
+    let pairs = beside_driver(pred.pairs, &|x, y| driver_answer(probe, x, y));
+    let mut report =
+        ExplainReport::new(choice, &env, decided_cpu(&eff.xml, &cpu), pairs, pred.gpus);
+    report.notes = eff.notes;
+    Ok(report)
 }

@@ -9,6 +9,7 @@ use p2p_shared::nccl_rules::{CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, VmFact
 use p2p_shared::Bdf;
 
 use super::explain::ExplainedPair;
+
 use crate::probe::sysfs::resolve_root;
 
 /// Whether sysfs under `root` holds a PCI device at `busid` as NCCL looks
@@ -80,16 +81,8 @@ pub fn refused_pairs(
     answers: &dyn Fn(Bdf, Bdf) -> (DriverP2p, Option<String>),
 ) -> (Vec<ExplainedPair>, Vec<GpuVerdict>) {
     let pred = loader::refused_prediction(order, refusals, env, &|a, b| answers(a, b).0);
-    let pairs = pred
-        .pairs
-        .into_iter()
-        .map(|p| {
-            let driver_decision = answers(p.a, p.b).1;
-            ExplainedPair {
-                nccl: p,
-                driver_decision,
-            }
-        })
-        .collect();
-    (pairs, pred.gpus)
+    (
+        super::explain::beside_driver(pred.pairs, answers),
+        pred.gpus,
+    )
 }
