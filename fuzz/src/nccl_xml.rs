@@ -1,10 +1,11 @@
-//! The NCCL topology XML reader (`p2p_shared::nccl_rules::parse`) on any text,
-//! then NCCL's model over what it read, as `p2p-guest nccl-topo explain --file F`
+//! NCCL's loader rules and the NCCL topology XML reader
+//! (`p2p_shared::nccl_rules::parse`) on any text, then NCCL's model over what it read, as `p2p-guest nccl-topo explain --file F`
 //! runs it outside a VM. The invariants: no panic and no stack overflow; an
 //! error names a line of the text and quotes at most short prefixes of it; a
 //! tree that is read nests no deeper than `MAX_PCI_DEPTH`.
 
 use p2p_shared::nccl_rules::{self, xml::XmlPci, CpuIdentity, DriverP2p, Graph, NcclEnv};
+use p2p_shared::nccl_rules::loader::{self, LoaderContext};
 use p2p_shared::nccl_rules::{VmFacts, VmFunction};
 use p2p_shared::nccl_topo::MAX_PCI_DEPTH;
 
@@ -24,9 +25,39 @@ fn depth(p: &[XmlPci]) -> usize {
     deepest
 }
 
+/// NCCL's loader rules (`p2p_shared::nccl_rules::loader`) on the text, as
+/// explain runs them outside a VM: every refusal names a line of the text
+/// and quotes it short.
+fn check_loader(text: &str) -> Result<(), String> {
+    let cpu = CpuIdentity {
+        arch: "x86_64".into(),
+        vendor: Some("GenuineIntel".into()),
+        familyid: Some(6),
+        modelid: Some(207),
+    };
+    let ctx = LoaderContext {
+        gpus: None,
+        nets: None,
+        in_sysfs: &|_| false,
+        cpu: &cpu,
+    };
+    let lines = text.lines().count().max(1);
+    for r in loader::refusals(text, &ctx) {
+        if r.line == 0 || r.line as usize > lines + 1 {
+            return Err(format!("refusal at line {} of a {lines}-line text: {r}", r.line));
+        }
+        let said = r.node.len() + r.nccl_prints.len() + r.attribute.map_or(0, |a| a.len());
+        if said > MESSAGE_MAX {
+            return Err(format!("a {said}-byte refusal: {:.200}", r.nccl_prints));
+        }
+    }
+    Ok(())
+}
+
 /// Checks one input; Err says which invariant broke.
 pub fn check(data: &[u8]) -> Result<(), String> {
     let text = String::from_utf8_lossy(data);
+    check_loader(&text)?;
     let xml = match nccl_rules::parse(&text) {
         Ok(xml) => xml,
         Err(e) => {
