@@ -57,19 +57,32 @@ impl Codec for Bytes {
     }
 }
 
-/// A channel to the gRPC server on the unix socket `path`.
+/// A channel to the gRPC server on the unix socket `path`. A refused or
+/// missing socket is tried again for up to 5 s, as the kubelet's gRPC
+/// client reconnects with backoff; each retry is said on standard error, so
+/// a server that went away still fails the caller, after the 5 s.
 pub async fn channel(path: &Path) -> Channel {
-    let path: PathBuf = path.to_path_buf();
-    Endpoint::from_static("http://[::1]:1")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let s = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(s))
+    let started = std::time::Instant::now();
+    loop {
+        let p: PathBuf = path.to_path_buf();
+        let tried = Endpoint::from_static("http://[::1]:1")
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let p = p.clone();
+                async move {
+                    let s = tokio::net::UnixStream::connect(p).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(s))
+                }
+            }))
+            .await;
+        match tried {
+            Ok(c) => return c,
+            Err(e) if started.elapsed() < std::time::Duration::from_secs(5) => {
+                eprintln!("{}: {e:?}; trying again", path.display());
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
-        }))
-        .await
-        .expect("connecting to the socket")
+            Err(e) => panic!("connecting to the socket {}: {e:?}", path.display()),
+        }
+    }
 }
 
 /// A client sending byte messages.
