@@ -45,7 +45,8 @@ pub fn probe(
         };
         (nv, Err(off))
     };
-    if let (Ok(c), true) = (&cuda, std::env::var_os("CUDA_VISIBLE_DEVICES").is_some()) {
+    let restricted = std::env::var_os("CUDA_VISIBLE_DEVICES").is_some();
+    if let Some(c) = cuda.as_ref().ok().filter(|_| restricted) {
         // The process may use only the GPUs CUDA shows it: the others are
         // left out of every pair, as NCCL and any CUDA program leave them.
         gpus.retain(|g| c.gpus.iter().any(|x| x.bdf == g.bdf));

@@ -273,17 +273,7 @@ pub fn refused_prediction(
     }
     let gpus = order
         .iter()
-        .map(|&gpu| GpuVerdict {
-            gpu,
-            net: None,
-            nic: None,
-            path: None,
-            candidates: Vec::new(),
-            gdr_write: false,
-            gdr_read: false,
-            reasons: reasons.clone(),
-            decided_by: decided_by.clone(),
-        })
+        .map(|&gpu| GpuVerdict::without_net(gpu, reasons.clone(), decided_by.clone()))
         .collect();
     Prediction { pairs, gpus }
 }

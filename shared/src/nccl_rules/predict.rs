@@ -98,6 +98,24 @@ pub struct GpuVerdict {
     pub decided_by: Vec<String>,
 }
 
+impl GpuVerdict {
+    /// `gpu` with no network device (none seen, or NCCL does not start),
+    /// and why.
+    pub fn without_net(gpu: Bdf, reasons: Vec<String>, decided_by: Vec<String>) -> Self {
+        Self {
+            gpu,
+            net: None,
+            nic: None,
+            path: None,
+            candidates: Vec::new(),
+            gdr_write: false,
+            gdr_read: false,
+            reasons,
+            decided_by,
+        }
+    }
+}
+
 /// Every verdict for one system.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Prediction {
@@ -373,17 +391,7 @@ impl Ctx<'_> {
         let name = |ni: usize| self.g.label(self.nets[ni]);
         if best.is_empty() {
             reasons.push("NCCL sees no network device".into());
-            return GpuVerdict {
-                gpu: busid,
-                net: None,
-                nic: None,
-                path: None,
-                candidates: Vec::new(),
-                gdr_write: false,
-                gdr_read: false,
-                reasons,
-                decided_by: by,
-            };
+            return GpuVerdict::without_net(busid, reasons, by);
         }
         let mut idx = gi;
         if is_pow2(best.len()) {
