@@ -225,6 +225,30 @@ topo_pcie_costs() {
         -device virtio-scsi-pci,id=dev5,bus=rp1b,disable-legacy=on)
 }
 
+# eight-gpu: eight GPUs of one socket, four below each of two switches, the PCIe layout of an
+# 8-GPU server whose GPUs pair on switches below one root complex (the NVLinks such servers
+# also have are not QEMU's to show). A switch per root port, so each GPU has an IOMMU group of
+# its own, as below two-socket's sw0.
+#
+#   pxb0 (pci0000:20, numa_node 0)
+#   |- root port rp0a -> switch sw0 -> sw0dn0..sw0dn3 -> gpu0..gpu3
+#   `- root port rp0b -> switch sw1 -> sw1dn0..sw1dn3 -> gpu4..gpu7
+#
+#   gpu0..gpu3 pairwise PIX, gpu4..gpu7 pairwise PIX, across the switches PHB.
+topo_eight_gpu() {
+    topo_common
+    TOPO+=(-device pxb-pcie,id=pxb0,bus=pcie.0,addr=0x10,bus_nr=0x20,numa_node=0)
+    local s k
+    for s in 0 1; do
+        TOPO+=(-device "pcie-root-port,id=rp0$s,bus=pxb0,addr=0x$s,chassis=$((2 + 2 * s)),slot=0"
+            -device "x3130-upstream,id=sw$s,bus=rp0$s")
+        for k in 0 1 2 3; do
+            TOPO+=(-device "xio3130-downstream,id=sw${s}dn$k,bus=sw$s,addr=0x$k,chassis=$((3 + 2 * s)),slot=$k")
+            gpu "gpu$((4 * s + k))" "sw${s}dn$k"
+        done
+    done
+}
+
 # args: q35 with two NUMA nodes of shared memory (vfio-user servers can map it), and every
 # device from --topology-args FILE. Used by the mirrored-layout end-to-end test.
 topo_args() {
@@ -239,7 +263,7 @@ topo_args() {
     done <"$TOPO_ARGS"
 }
 
-TOPOLOGIES="two-socket nested-switch vfio-user-gpus pcie-costs args"
+TOPOLOGIES="two-socket nested-switch eight-gpu vfio-user-gpus pcie-costs args"
 
 # ----------------------------------------------------------------------------- arguments
 QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0 VFIO_USER_DIR="" TOPO_ARGS=""
@@ -279,6 +303,7 @@ TOPO=() IOMMU_DEFAULT_OPTS="intremap=on,caching-mode=on"
 case "$TOPOLOGY" in
     two-socket) topo_two_socket ;;
     nested-switch) topo_nested_switch ;;
+    eight-gpu) topo_eight_gpu ;;
     vfio-user-gpus) topo_vfio_user_gpus ;;
     pcie-costs) topo_pcie_costs ;;
     args) topo_args ;;

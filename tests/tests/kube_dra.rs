@@ -226,13 +226,23 @@ fn pod(name: &str, template: &str) -> Value {
 /// Where the scheduler put `pod`: its node and the allocated devices' bus
 /// ids, read back from the claim's `status.allocation`.
 fn placed(c: &Cluster, pod: &str) -> Option<(String, BTreeSet<String>)> {
-    let p = c.cp.get_json(&["get", "pod", pod, "-n", NS]);
+    let nodes: Vec<&SimNode> = c.nodes.iter().collect();
+    placed_on(c.cp, &nodes, pod)
+}
+
+/// [`placed`] among `nodes`.
+fn placed_on(
+    cp: &ControlPlane,
+    nodes: &[&SimNode],
+    pod: &str,
+) -> Option<(String, BTreeSet<String>)> {
+    let p = cp.get_json(&["get", "pod", pod, "-n", NS]);
     let node = p["spec"]["nodeName"].as_str()?.to_string();
     let claim = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"].as_str()?;
-    let claim = c.cp.get_json(&["get", "resourceclaim", claim, "-n", NS]);
+    let claim = cp.get_json(&["get", "resourceclaim", claim, "-n", NS]);
     let results = claim["status"]["allocation"]["devices"]["results"].as_array()?;
-    let sim = c.nodes.iter().find(|n| n.name == node)?;
-    let ids = sim.bus_ids(c.cp);
+    let sim = nodes.iter().find(|n| n.name == node)?;
+    let ids = sim.bus_ids(cp);
     let mut bdfs = BTreeSet::new();
     for r in results {
         assert_eq!(r["driver"], json!("gpu.vp2p.io"));
@@ -324,7 +334,7 @@ fn bdfs(list: &[&str]) -> BTreeSet<String> {
 }
 
 #[test]
-fn the_real_scheduler_places_1_2_and_4_gpus_as_one_clique_and_leaves_what_cannot_fit_pending() {
+fn the_real_scheduler_places_1_2_4_and_8_gpus_as_one_clique_and_leaves_what_cannot_fit_pending() {
     let c = cluster();
     // (GPUs, NICs, matchAttribute, the level `plan` checks, where it can go:
     // the node and the exact set when only one fits, derived by hand).
@@ -444,13 +454,42 @@ fn the_real_scheduler_places_1_2_and_4_gpus_as_one_clique_and_leaves_what_cannot
         why.contains("0/2 nodes are available") && why.contains("cannot allocate all claims"),
         "the scheduler's reason: {why}"
     );
-    // Eight GPUs: the largest node has seven.
-    c.cp.apply(&template("eight", 8, 0, None).to_string())
+    // Eight GPUs on one root complex: the largest node has seven.
+    c.cp.apply(&template("eight", 8, 0, Some("cliquePhb")).to_string())
         .unwrap();
     c.cp.create(&pod("eight", "eight").to_string()).unwrap();
     let why = unschedulable(c, "eight");
     eprintln!("eight GPUs: Pending: {why}");
     assert!(why.contains("cannot allocate all claims"), "{why}");
-    remove(c, "eight");
     remove(c, "virt-launcher-peers");
+    // Then a node of eight joins (boot.sh's eight-gpu: four GPUs below each
+    // of two switches of one root complex, captured from a QEMU guest): the
+    // pending pod gets its eight there, one clique at PHB as plan says, and a
+    // pod asking for four below one switch, once the eight are free again,
+    // gets one switch's four.
+    let eight = SimNode::start(c.cp, "node-8g", "qemu-11.1-eight-gpu-iommu-on", &[]);
+    let nodes: Vec<&SimNode> = c.nodes.iter().chain([&eight]).collect();
+    let (node, got) = c.cp.wait_for("eight placed", Duration::from_secs(60), || {
+        placed_on(c.cp, &nodes, "eight")
+    });
+    eprintln!("eight: the scheduler placed it on {node}: {got:?}");
+    let (sw0, sw1) = (
+        bdfs(&["23", "24", "25", "26"]),
+        bdfs(&["29", "2a", "2b", "2c"]),
+    );
+    assert_eq!(node, "node-8g");
+    assert_eq!(got, sw0.union(&sw1).cloned().collect());
+    assert_eq!(plan_cliques(&eight, &got, "phb").len(), 1);
+    remove(c, "eight");
+    c.cp.apply(&template("four", 4, 0, Some("cliquePix")).to_string())
+        .unwrap();
+    c.cp.create(&pod("four", "four").to_string()).unwrap();
+    let (node, got) = c.cp.wait_for("four placed", Duration::from_secs(60), || {
+        placed_on(c.cp, &nodes, "four")
+    });
+    eprintln!("four: the scheduler placed it on {node}: {got:?}");
+    assert_eq!(node, "node-8g");
+    assert!(got == sw0 || got == sw1, "one switch's four: {got:?}");
+    assert_eq!(plan_cliques(&eight, &got, "pix").len(), 1);
+    remove(c, "four");
 }
