@@ -225,16 +225,22 @@ topo_pcie_costs() {
         -device virtio-scsi-pci,id=dev5,bus=rp1b,disable-legacy=on)
 }
 
-# eight-gpu: eight GPUs of one socket, four below each of two switches, the PCIe layout of an
-# 8-GPU server whose GPUs pair on switches below one root complex (the NVLinks such servers
-# also have are not QEMU's to show). A switch per root port, so each GPU has an IOMMU group of
-# its own, as below two-socket's sw0.
+# The fleet shapes: eight GPUs laid out as real 8-GPU servers lay them out, for the DRA tests'
+# 8-GPU node and scripts/fleet.sh. "GPUs" are NVMe stand-ins, NICs e1000e functions (the
+# fleet makes them RDMA NICs as a ConnectX shows in sysfs: tests/fixtures/README.md). A switch
+# below each root port and a root port per GPU elsewhere, so each GPU has an IOMMU group of
+# its own, as below two-socket's sw0. NVLinks are not QEMU's to show.
+nic() { TOPO+=(-netdev "user,id=net$1,restrict=on" -device "e1000e,id=nic$1,bus=$2,netdev=net$1,romfile="); }
+
+# eight-gpu: four GPUs below each of two switches of one root complex (a "single root"
+# 8-GPU server), and the NIC on a root port of its own.
 #
 #   pxb0 (pci0000:20, numa_node 0)
-#   |- root port rp0a -> switch sw0 -> sw0dn0..sw0dn3 -> gpu0..gpu3
-#   `- root port rp0b -> switch sw1 -> sw1dn0..sw1dn3 -> gpu4..gpu7
+#   |- root port rp00 -> switch sw0 -> sw0dn0..sw0dn3 -> gpu0..gpu3   23:00.0 .. 26:00.0
+#   |- root port rp01 -> switch sw1 -> sw1dn0..sw1dn3 -> gpu4..gpu7   29:00.0 .. 2c:00.0
+#   `- root port rp02 -> nic1                                          2d:00.0
 #
-#   gpu0..gpu3 pairwise PIX, gpu4..gpu7 pairwise PIX, across the switches PHB.
+#   gpu0..gpu3 pairwise PIX, gpu4..gpu7 pairwise PIX, across the switches PHB; NIC PHB.
 topo_eight_gpu() {
     topo_common
     TOPO+=(-device pxb-pcie,id=pxb0,bus=pcie.0,addr=0x10,bus_nr=0x20,numa_node=0)
@@ -246,6 +252,63 @@ topo_eight_gpu() {
             TOPO+=(-device "xio3130-downstream,id=sw${s}dn$k,bus=sw$s,addr=0x$k,chassis=$((3 + 2 * s)),slot=$k")
             gpu "gpu$((4 * s + k))" "sw${s}dn$k"
         done
+    done
+    TOPO+=(-device pcie-root-port,id=rp02,bus=pxb0,addr=0x2,chassis=6,slot=0)
+    nic 1 rp02
+}
+
+# switch-pairs: two sockets, two root complexes each, and below each root complex a switch
+# with two GPUs and a NIC: the PCIe layout of an HGX/DGX 8-GPU board (whose GPUs are also
+# joined by NVSwitch: the fleet's nvswitch tree is this one with an NVLink map beside it).
+#
+#   pxb0 (pci0000:20, node 0) -> rp -> sw0 -> gpu0, gpu1, nic1
+#   pxb1 (pci0000:40, node 0) -> rp -> sw1 -> gpu2, gpu3, nic2
+#   pxb2 (pci0000:80, node 1) -> rp -> sw2 -> gpu4, gpu5, nic3
+#   pxb3 (pci0000:a0, node 1) -> rp -> sw3 -> gpu6, gpu7, nic4
+#
+#   gpu0-gpu1 PIX (and with nic1), gpu0-gpu2 NODE, gpu0-gpu4 SYS.
+topo_switch_pairs() {
+    topo_common
+    local s busnr node
+    for s in 0 1 2 3; do
+        busnr=$(( (s < 2 ? 0x20 : 0x80) + (s % 2) * 0x20 )) node=$((s / 2))
+        TOPO+=(-device "pxb-pcie,id=pxb$s,bus=pcie.0,addr=0x$((10 + s)),bus_nr=$busnr,numa_node=$node"
+            -device "pcie-root-port,id=rp$s,bus=pxb$s,addr=0x0,chassis=$((2 + 2 * s)),slot=0"
+            -device "x3130-upstream,id=sw$s,bus=rp$s"
+            -device "xio3130-downstream,id=sw${s}dn0,bus=sw$s,addr=0x0,chassis=$((3 + 2 * s)),slot=0"
+            -device "xio3130-downstream,id=sw${s}dn1,bus=sw$s,addr=0x1,chassis=$((3 + 2 * s)),slot=1"
+            -device "xio3130-downstream,id=sw${s}dn2,bus=sw$s,addr=0x2,chassis=$((3 + 2 * s)),slot=2")
+        gpu "gpu$((2 * s))" "sw${s}dn0"
+        gpu "gpu$((2 * s + 1))" "sw${s}dn1"
+        nic $((s + 1)) "sw${s}dn2"
+    done
+}
+
+# root-ports: one GPU per root port, no switch, two sockets with two root complexes each
+# (as a server whose CPUs give every slot its own root port), a NIC on each socket's first.
+#
+#   pxb0 (pci0000:20, node 0): rp -> gpu0, rp -> gpu1, rp -> nic1
+#   pxb1 (pci0000:40, node 0): rp -> gpu2, rp -> gpu3
+#   pxb2 (pci0000:80, node 1): rp -> gpu4, rp -> gpu5, rp -> nic2
+#   pxb3 (pci0000:a0, node 1): rp -> gpu6, rp -> gpu7
+#
+#   gpu0-gpu1 PHB, gpu0-gpu2 NODE, gpu0-gpu4 SYS; no PIX or PXB pair.
+topo_root_ports() {
+    topo_common
+    local s busnr node k chassis=2
+    for s in 0 1 2 3; do
+        busnr=$(( (s < 2 ? 0x20 : 0x80) + (s % 2) * 0x20 )) node=$((s / 2))
+        TOPO+=(-device "pxb-pcie,id=pxb$s,bus=pcie.0,addr=0x$((10 + s)),bus_nr=$busnr,numa_node=$node")
+        for k in 0 1; do
+            TOPO+=(-device "pcie-root-port,id=rp$s$k,bus=pxb$s,addr=0x$k,chassis=$chassis,slot=0")
+            chassis=$((chassis + 1))
+            gpu "gpu$((2 * s + k))" "rp$s$k"
+        done
+        if [ $((s % 2)) -eq 0 ]; then
+            TOPO+=(-device "pcie-root-port,id=rp${s}2,bus=pxb$s,addr=0x2,chassis=$chassis,slot=0")
+            chassis=$((chassis + 1))
+            nic $((s / 2 + 1)) "rp${s}2"
+        fi
     done
 }
 
@@ -263,7 +326,7 @@ topo_args() {
     done <"$TOPO_ARGS"
 }
 
-TOPOLOGIES="two-socket nested-switch eight-gpu vfio-user-gpus pcie-costs args"
+TOPOLOGIES="two-socket nested-switch eight-gpu switch-pairs root-ports vfio-user-gpus pcie-costs args"
 
 # ----------------------------------------------------------------------------- arguments
 QEMU_SEL="" TOPOLOGY="" IOMMU="" INITRD="" TIMEOUT=120 LOGFILE="" APPEND="" PRINT=0 VFIO_USER_DIR="" TOPO_ARGS=""
@@ -304,6 +367,8 @@ case "$TOPOLOGY" in
     two-socket) topo_two_socket ;;
     nested-switch) topo_nested_switch ;;
     eight-gpu) topo_eight_gpu ;;
+    switch-pairs) topo_switch_pairs ;;
+    root-ports) topo_root_ports ;;
     vfio-user-gpus) topo_vfio_user_gpus ;;
     pcie-costs) topo_pcie_costs ;;
     args) topo_args ;;

@@ -20,8 +20,9 @@
 #
 # pcie-costs (boot.sh's topology of ATS and narrowed root ports, virtio-scsi "GPUs" of class
 # 0x0100: the guest is told with vp2p_gpu_class=0100 on its command line) is captured only on
-# request: --combo 10:pcie-costs:on (and :off); so is eight-gpu (boot.sh's 8-GPU server
-# layout, for the DRA tests' 8-GPU node): --combo 10:eight-gpu:on.
+# request: --combo 10:pcie-costs:on (and :off); so are boot.sh's 8-GPU server layouts (the DRA
+# tests' 8-GPU node and scripts/fleet.sh's shapes): --combo 10:eight-gpu:on,
+# --combo 10:switch-pairs:on, --combo 10:root-ports:on.
 # Default combinations (the ones that add something; --all takes all eight):
 #   7.2:two-socket:on  7.2:two-socket:off  7.2:nested-switch:on
 #   10:two-socket:on   10:two-socket:off   10:nested-switch:on
@@ -97,8 +98,8 @@ EOF
 if [ -n "$SCRIPT_ONLY" ]; then guest_script "$SCRIPT_ONLY"; chmod 755 "$SCRIPT_ONLY"; exit 0; fi
 [ ${#COMBOS[@]} -gt 0 ] || COMBOS=("${DEFAULT_COMBOS[@]}")
 for c in "${COMBOS[@]}"; do
-    [[ "$c" =~ ^(7\.2|10):(two-socket|nested-switch|eight-gpu|pcie-costs):(on|off)$ ]] ||
-        die "bad --combo '$c' (want 7.2|10:two-socket|nested-switch|eight-gpu|pcie-costs:on|off)"
+    [[ "$c" =~ ^(7\.2|10):(two-socket|nested-switch|eight-gpu|switch-pairs|root-ports|pcie-costs):(on|off)$ ]] ||
+        die "bad --combo '$c' (want 7.2|10:two-socket|nested-switch|eight-gpu|switch-pairs|root-ports|pcie-costs:on|off)"
 done
 load_paths
 

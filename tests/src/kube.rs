@@ -47,7 +47,7 @@ impl ControlPlane {
     pub fn start() -> Self {
         let tmp = tempfile::tempdir().expect("a temporary directory");
         let dir = tmp.path().join("k");
-        let mut cp = Self::start_in(&dir);
+        let mut cp = Self::start_at(&dir);
         cp._tmp = Some(tmp);
         cp
     }
@@ -65,11 +65,12 @@ impl ControlPlane {
                 .unwrap_or_else(|| "tests".into());
             let dir = target_dir().join("kube-peers/runs").join(name);
             let _ = std::fs::remove_dir_all(&dir);
-            Self::start_in(&dir)
+            Self::start_at(&dir)
         })
     }
 
-    fn start_in(dir: &Path) -> Self {
+    /// A control plane in `dir` (made if missing), for a run that keeps its logs.
+    pub fn start_at(dir: &Path) -> Self {
         std::fs::create_dir_all(dir).expect("the control plane's directory");
         let log = std::fs::File::create(dir.join("supervisor.log")).expect("a log file");
         let started = Instant::now();

@@ -13,6 +13,7 @@ pub mod dra_model;
 pub mod dra_node;
 pub mod e2e;
 pub mod emitted;
+pub mod fleet;
 pub mod go_peer;
 pub mod grpc_wire;
 pub mod kube;

@@ -1,0 +1,374 @@
+//! The fleet on the real control plane: Node objects with what a kubelet
+//! would report, each node's ResourceSlices, the DeviceClasses and claim
+//! templates, and VM pods created one at a time for the real kube-scheduler
+//! to place. Nothing here chooses a node or a device.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::Client;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_stream::StreamExt;
+
+/// CPUs and memory a VM pod asks for per GPU (a KubeVirt VM's launcher asks
+/// for its VM's), and what a node offers: eight GPUs' worth fit.
+const CPU_PER_GPU: u32 = 14;
+const MEMORY_GI_PER_GPU: u32 = 120;
+const NODE_CPU: u32 = 120;
+const NODE_MEMORY_GI: u32 = 1000;
+
+/// How long one pod may take before it counts as rejected.
+pub const POD_LIMIT: Duration = Duration::from_secs(120);
+
+/// A connection to the control plane, in one namespace.
+pub struct Cluster {
+    client: Client,
+    ns: String,
+    events: mpsc::UnboundedReceiver<Pod>,
+}
+
+/// What became of one VM pod.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Bound to a node; the claim's results as (request, device name, driver).
+    Bound {
+        /// The node.
+        node: String,
+        /// (request, device, driver) of each allocated device.
+        devices: Vec<(String, String, String)>,
+        /// From creating the pod to seeing it bound.
+        took: Duration,
+    },
+    /// The scheduler found no node.
+    Rejected {
+        /// Its last message.
+        why: String,
+        /// From creating the pod to seeing it refused.
+        took: Duration,
+    },
+}
+
+/// One VM pod's result and the scheduler errors it met on the way.
+#[derive(Debug, Clone)]
+pub struct PodResult {
+    /// Bound or rejected.
+    pub outcome: Outcome,
+    /// Scheduling attempts that ended in the DRA filter's timeout.
+    pub filter_timeouts: u32,
+}
+
+impl Cluster {
+    /// Connects with `kubeconfig` and starts watching pods of `ns` (made if missing).
+    pub async fn connect(kubeconfig: &std::path::Path, ns: &str) -> Result<Self, String> {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        config.read_timeout = Some(Duration::from_secs(300));
+        let client = Client::try_from(config).map_err(|e| e.to_string())?;
+        let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let nsobj = from(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
+        if let Err(e) = nss.create(&PostParams::default(), &nsobj).await {
+            if !e.to_string().contains("AlreadyExists") && !e.to_string().contains("already exists") {
+                return Err(format!("namespace {ns}: {e}"));
+            }
+        }
+        let (tx, events) = mpsc::unbounded_channel();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        tokio::spawn(async move {
+            let mut rv = "0".to_string();
+            loop {
+                let Ok(stream) = pods.watch(&WatchParams::default().timeout(290), &rv).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let mut stream = Box::pin(stream);
+                while let Some(ev) = stream.next().await {
+                    match ev {
+                        Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
+                            if let Some(v) = &p.metadata.resource_version {
+                                rv = v.clone();
+                            }
+                            if tx.send(p).is_err() {
+                                return;
+                            }
+                        }
+                        Ok(WatchEvent::Bookmark(b)) => rv = b.metadata.resource_version,
+                        Ok(WatchEvent::Error(_)) => {
+                            rv = "0".into();
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            client,
+            ns: ns.to_string(),
+            events,
+        })
+    }
+
+    /// Creates Node `name` as a kubelet would report it (Ready, room for
+    /// pods, no not-ready taint), and `slices` for it.
+    pub async fn add_node(&self, name: &str, slices: &[Value]) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = from(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"fleet.vp2p.io/node": "true"}}}))?;
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .map_err(|e| format!("node {name}: {e}"))?;
+        let cap = json!({"cpu": NODE_CPU.to_string(), "memory": format!("{NODE_MEMORY_GI}Gi"), "pods": "110"});
+        let status = json!({"status": {"capacity": cap, "allocatable": cap,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "a Node object of the fleet benchmark (no kubelet runs)"}]}});
+        nodes
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(|e| format!("node {name} status: {e}"))?;
+        // Admission taints a new node not-ready until the node lifecycle
+        // controller hears from its kubelet; neither runs here.
+        nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": null}})))
+            .await
+            .map_err(|e| format!("node {name} taints: {e}"))?;
+        let api: Api<ResourceSlice> = Api::all(self.client.clone());
+        for s in slices {
+            api.create(&PostParams::default(), &from(s.clone())?)
+                .await
+                .map_err(|e| format!("slice of {name}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Creates `nodes` (name, slices) with `parallel` requests in flight.
+    pub async fn add_nodes(self: &Arc<Self>, nodes: Vec<(String, Vec<Value>)>, parallel: usize) -> Result<(), String> {
+        let gate = Arc::new(Semaphore::new(parallel));
+        let mut set = tokio::task::JoinSet::new();
+        for (name, slices) in nodes {
+            let me = self.clone();
+            let gate = gate.clone();
+            set.spawn(async move {
+                let _p = gate.acquire().await;
+                me.add_node(&name, &slices).await
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.map_err(|e| e.to_string())??;
+        }
+        Ok(())
+    }
+
+    /// Creates DeviceClasses (cluster-wide) and claim templates (in the namespace).
+    pub async fn apply_classes_and_templates(&self, classes: &[Value], templates: &[Value]) -> Result<(), String> {
+        let dc: Api<DeviceClass> = Api::all(self.client.clone());
+        for c in classes {
+            let obj: DeviceClass = from(c.clone())?;
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            if dc.get_opt(&name).await.map_err(|e| e.to_string())?.is_none() {
+                dc.create(&PostParams::default(), &obj)
+                    .await
+                    .map_err(|e| format!("DeviceClass {name}: {e}"))?;
+            }
+        }
+        let rt: Api<ResourceClaimTemplate> = Api::namespaced(self.client.clone(), &self.ns);
+        for t in templates {
+            let obj: ResourceClaimTemplate = from(t.clone())?;
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            if rt.get_opt(&name).await.map_err(|e| e.to_string())?.is_none() {
+                rt.create(&PostParams::default(), &obj)
+                    .await
+                    .map_err(|e| format!("ResourceClaimTemplate {name}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a VM pod of `gpus` GPUs whose claim comes from `template`,
+    /// and waits until the scheduler bound it or found no node for it.
+    pub async fn place(&mut self, name: &str, gpus: u8, template: &str) -> Result<PodResult, String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let n = u32::from(gpus);
+        let pod = from(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"fleet.vp2p.io/vm": "true"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "compute", "image": "registry.invalid/vm:1",
+                    "resources": {
+                        "requests": {"cpu": (n * CPU_PER_GPU).to_string(),
+                                     "memory": format!("{}Gi", n * MEMORY_GI_PER_GPU)},
+                        "claims": [{"name": "devices"}]}}],
+                "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": template}],
+            }}))?;
+        let start = Instant::now();
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .map_err(|e| format!("pod {name}: {e}"))?;
+        let mut filter_timeouts = 0;
+        let mut seen_errors = std::collections::BTreeSet::new();
+        loop {
+            let left = POD_LIMIT.saturating_sub(start.elapsed());
+            let ev = match tokio::time::timeout(left, self.events.recv()).await {
+                Ok(Some(p)) => p,
+                Ok(None) => return Err("the pod watch ended".into()),
+                Err(_) => {
+                    return Ok(PodResult {
+                        outcome: Outcome::Rejected {
+                            why: format!("not placed within {} s", POD_LIMIT.as_secs()),
+                            took: start.elapsed(),
+                        },
+                        filter_timeouts,
+                    })
+                }
+            };
+            if ev.metadata.name.as_deref() != Some(name) {
+                continue;
+            }
+            if let Some(node) = ev.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                let took = start.elapsed();
+                let devices = self.allocated(&ev).await?;
+                return Ok(PodResult {
+                    outcome: Outcome::Bound { node, devices, took },
+                    filter_timeouts,
+                });
+            }
+            let cond = ev
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"));
+            if let Some(c) = cond {
+                let msg = c.message.clone().unwrap_or_default();
+                if msg.contains("timed out trying to allocate devices") && seen_errors.insert(msg.clone()) {
+                    filter_timeouts += 1;
+                }
+                if c.reason.as_deref() == Some("Unschedulable") {
+                    return Ok(PodResult {
+                        outcome: Outcome::Rejected { why: msg, took: start.elapsed() },
+                        filter_timeouts,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The devices of `pod`'s claim: (request, device, driver).
+    async fn allocated(&self, pod: &Pod) -> Result<Vec<(String, String, String)>, String> {
+        let claim = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.resource_claim_name.clone())
+            .ok_or_else(|| format!("pod {:?} is bound without a claim", pod.metadata.name))?;
+        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &self.ns);
+        let c = api.get(&claim).await.map_err(|e| format!("claim {claim}: {e}"))?;
+        let results = c
+            .status
+            .and_then(|s| s.allocation)
+            .map(|a| a.devices.and_then(|d| d.results).unwrap_or_default())
+            .ok_or_else(|| format!("claim {claim} of a bound pod is not allocated"))?;
+        Ok(results
+            .into_iter()
+            .map(|r| (r.request, r.device, r.driver))
+            .collect())
+    }
+
+    /// Deletes VM pod `name` at once (no kubelet would confirm it), which gives its claim back.
+    pub async fn remove(&self, name: &str) -> Result<(), String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        match pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("NotFound") || e.to_string().contains("not found") => Ok(()),
+            Err(e) => Err(format!("deleting pod {name}: {e}")),
+        }
+    }
+
+    /// Deletes every VM pod and waits until no claim of the namespace is
+    /// left, so the next policy starts on an empty fleet.
+    pub async fn clear(&self) -> Result<(), String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let dp = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        pods.delete_collection(&dp, &ListParams::default())
+            .await
+            .map_err(|e| format!("deleting pods: {e}"))?;
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &self.ns);
+        let start = Instant::now();
+        loop {
+            let left = claims.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let pods_left = pods.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            if left.items.is_empty() && pods_left.items.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(300) {
+                return Err(format!(
+                    "{} claim(s) and {} pod(s) still there after 5 minutes",
+                    left.items.len(),
+                    pods_left.items.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Deletes every fleet Node and every ResourceSlice, and waits until they are gone.
+    pub async fn delete_fleet_nodes(&self) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let slices: Api<ResourceSlice> = Api::all(self.client.clone());
+        let lp = ListParams::default().labels("fleet.vp2p.io/node=true");
+        nodes
+            .delete_collection(&DeleteParams::default(), &lp)
+            .await
+            .map_err(|e| format!("deleting nodes: {e}"))?;
+        slices
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .map_err(|e| format!("deleting slices: {e}"))?;
+        let start = Instant::now();
+        loop {
+            let n = nodes.list(&lp).await.map_err(|e| e.to_string())?.items.len();
+            let s = slices.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items.len();
+            if n == 0 && s == 0 {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(120) {
+                return Err(format!("{n} node(s) and {s} slice(s) still there after 2 minutes"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Drops pod events already received (those of pods now gone).
+    pub fn drain_events(&mut self) {
+        while self.events.try_recv().is_ok() {}
+    }
+}
+
+/// A typed object from JSON.
+fn from<T: DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| e.to_string())
+}
+
+/// Devices of one bound VM by kind: GPU names, NIC name, and the alternative
+/// of the prioritized list each request got (request "gpus/switch" -> "switch").
+pub fn split_devices(devices: &[(String, String, String)]) -> (Vec<String>, Option<String>, BTreeMap<String, String>) {
+    let (mut gpus, mut nic, mut tiers) = (Vec::new(), None, BTreeMap::new());
+    for (req, dev, _) in devices {
+        let (base, tier) = req.split_once('/').unwrap_or((req.as_str(), "-"));
+        tiers.insert(base.to_string(), tier.to_string());
+        if base == "nic" {
+            nic = Some(dev.clone());
+        } else {
+            gpus.push(dev.clone());
+        }
+    }
+    (gpus, nic, tiers)
+}

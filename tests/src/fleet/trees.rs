@@ -1,0 +1,351 @@
+//! The fleet's node shapes: each subdirectory of `--trees DIR` that holds a
+//! sysfs tree becomes one shape, with the devices `p2p-host dra slices`
+//! publishes for it and the class of every pair among them, read from the
+//! same tree by vp2p's own classifier. A directory it cannot use is kept
+//! with the reason, so the run can say why it left it out.
+//!
+//! What a directory may hold, beside its tree (`sysfs/`, `sysfs.tgz`, or
+//! `bus/` and `devices/` directly):
+//! - `topo.json` (`p2p-host topo --json` of the capture): its `gpus` are the
+//!   functions the capture treated as GPUs (`--gpus`); without it, NVIDIA's.
+//! - `nvlink.json`: the operator's NVLink map (`--nvlink`).
+//! - `rdma-nics.txt`: functions the fleet gives an `infiniband/mlx5_<n>`
+//!   entry in its copy of the tree, as a ConnectX shows in sysfs (QEMU has no
+//!   RDMA NIC; the captures' e1000e functions stand in).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use p2p_host::nvlink::NvLinkOptions;
+use p2p_host::sysfs::{SysfsReader, SysfsRoot};
+use p2p_shared::bdf::Bdf;
+use p2p_shared::classify::{classify, PathClass};
+use p2p_shared::select::GpuSelector;
+use serde_json::Value;
+
+/// A pair's class as the figures count it: `nvidia-smi topo -m`'s, NVLink
+/// bonds of any width as one, nearest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Class {
+    /// Joined by NVLink.
+    Nv,
+    /// One PCIe switch.
+    Pix,
+    /// Several switches, not the host bridge.
+    Pxb,
+    /// One host bridge (root complex).
+    Phb,
+    /// Host bridges of one NUMA node.
+    Node,
+    /// Across NUMA nodes.
+    Sys,
+}
+
+impl Class {
+    /// Every class, nearest first: the order of the figures' columns.
+    pub const ALL: [Class; 6] = [
+        Class::Nv,
+        Class::Pix,
+        Class::Pxb,
+        Class::Phb,
+        Class::Node,
+        Class::Sys,
+    ];
+
+    /// The class of a classified pair (`X` cannot occur between two devices).
+    pub fn of(p: PathClass) -> Class {
+        match p {
+            PathClass::Nv(_) => Class::Nv,
+            PathClass::Pix | PathClass::X => Class::Pix,
+            PathClass::Pxb => Class::Pxb,
+            PathClass::Phb => Class::Phb,
+            PathClass::Node => Class::Node,
+            PathClass::Sys => Class::Sys,
+        }
+    }
+
+    /// The column name: NV, PIX, PXB, PHB, NODE, SYS.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Nv => "NV",
+            Class::Pix => "PIX",
+            Class::Pxb => "PXB",
+            Class::Phb => "PHB",
+            Class::Node => "NODE",
+            Class::Sys => "SYS",
+        }
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One usable tree: what a node of this shape publishes and how its devices
+/// pair.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// The directory's name.
+    pub name: String,
+    /// The tree as `--sysfs-root` takes it (the fleet's copy when NICs were staged).
+    pub root: PathBuf,
+    /// `p2p-host dra slices` arguments that pick this tree's GPUs and NVLinks.
+    pub slice_args: Vec<String>,
+    /// Published GPUs: device name -> address.
+    pub gpus: BTreeMap<String, Bdf>,
+    /// Published RDMA NICs: device name -> address.
+    pub nics: BTreeMap<String, Bdf>,
+    /// The class of every pair of published devices, both orders.
+    pub pairs: BTreeMap<(String, String), Class>,
+}
+
+impl Shape {
+    /// The class between two published devices.
+    pub fn class(&self, a: &str, b: &str) -> Class {
+        self.pairs
+            .get(&(a.to_string(), b.to_string()))
+            .copied()
+            .unwrap_or(Class::Sys)
+    }
+
+    /// The worst class among every pair of `gpus`.
+    pub fn worst(&self, gpus: &[&str]) -> Class {
+        let mut worst = Class::Nv;
+        for (i, a) in gpus.iter().enumerate() {
+            for b in &gpus[i + 1..] {
+                worst = worst.max(self.class(a, b));
+            }
+        }
+        worst
+    }
+
+    /// The worst class between `nic` and any of `gpus`.
+    pub fn nic_class(&self, gpus: &[&str], nic: &str) -> Class {
+        gpus.iter()
+            .map(|g| self.class(g, nic))
+            .max()
+            .unwrap_or(Class::Sys)
+    }
+}
+
+/// What became of one directory of `--trees`.
+#[derive(Debug)]
+pub enum Tree {
+    /// A shape nodes can be drawn from.
+    Usable(Shape),
+    /// Left out, and why.
+    Skipped {
+        /// The directory's name.
+        name: String,
+        /// Why the fleet cannot use it.
+        reason: String,
+    },
+}
+
+/// Reads every subdirectory of `dir` (sorted by name), staging copies under
+/// `work`; `p2p_host` is the binary whose `dra slices` decides the devices.
+pub fn discover(dir: &Path, work: &Path, p2p_host: &Path) -> Result<Vec<Tree>, String> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    names.sort();
+    Ok(names
+        .iter()
+        .map(|d| {
+            let name = d
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match shape(d, &name, &work.join(&name), p2p_host) {
+                Ok(s) => Tree::Usable(s),
+                Err(reason) => Tree::Skipped { name, reason },
+            }
+        })
+        .collect())
+}
+
+/// The shape of directory `d`, or why there is none.
+fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, String> {
+    let nics_file = d.join("rdma-nics.txt");
+    let rdma: Vec<String> = match std::fs::read_to_string(&nics_file) {
+        Ok(t) => t
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let root = tree_root(d, work, !rdma.is_empty())?;
+    for (n, bdf) in rdma.iter().enumerate() {
+        let dev = root.join("bus/pci/devices").join(bdf);
+        let dev = std::fs::canonicalize(&dev)
+            .map_err(|e| format!("{}: {bdf} is not a function of the tree: {e}", nics_file.display()))?;
+        std::fs::create_dir_all(dev.join(format!("infiniband/mlx5_{n}")))
+            .map_err(|e| format!("staging {bdf} as an RDMA NIC: {e}"))?;
+    }
+    let mut slice_args = vec!["--sysfs-root".to_string(), root.display().to_string()];
+    let listed = listed_gpus(d)?;
+    if let Some(list) = &listed {
+        slice_args.push("--gpus".into());
+        slice_args.push(list.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","));
+    }
+    let nvlink = d.join("nvlink.json");
+    if nvlink.is_file() {
+        slice_args.push("--nvlink".into());
+        slice_args.push(nvlink.display().to_string());
+    }
+    let (gpus, nics, left_out) = published(p2p_host, &slice_args)?;
+    if gpus.len() < 2 {
+        let why = if left_out.is_empty() {
+            "no GPU found".to_string()
+        } else {
+            left_out.join("; ")
+        };
+        return Err(format!(
+            "{} GPU(s) that VFIO can assign alone, fewer than the smallest VM's 2 ({why})",
+            gpus.len()
+        ));
+    }
+    let selector = match listed {
+        Some(bdfs) => GpuSelector::List { bdfs },
+        None => GpuSelector::Nvidia,
+    };
+    let reader = SysfsReader::with_nvlinks(
+        selector,
+        NvLinkOptions {
+            map: nvlink.is_file().then_some(nvlink),
+            use_nvml: false,
+        },
+    );
+    let sys = SysfsRoot::new(&root).map_err(|e| e.to_string())?;
+    let topo = reader.read_root(&sys).map_err(|e| e.to_string())?;
+    let all: Vec<(&String, &Bdf)> = gpus.iter().chain(nics.iter()).collect();
+    let mut pairs = BTreeMap::new();
+    for (a, ba) in &all {
+        for (b, bb) in &all {
+            if a == b {
+                continue;
+            }
+            let c = classify(&topo, **ba, **bb).map_err(|e| e.to_string())?;
+            pairs.insert(((*a).clone(), (*b).clone()), Class::of(c.class));
+        }
+    }
+    Ok(Shape {
+        name: name.to_string(),
+        root,
+        slice_args,
+        gpus,
+        nics,
+        pairs,
+    })
+}
+
+/// Where `d`'s tree is; a copy under `work` when it is packed or must be edited.
+fn tree_root(d: &Path, work: &Path, edit: bool) -> Result<PathBuf, String> {
+    let tgz = d.join("sysfs.tgz");
+    let direct = [d.join("sysfs"), d.to_path_buf()]
+        .into_iter()
+        .find(|c| c.join("bus/pci/devices").is_dir());
+    let _ = std::fs::remove_dir_all(work);
+    match direct {
+        Some(src) if !edit => Ok(src),
+        Some(src) => {
+            std::fs::create_dir_all(work).map_err(|e| format!("{}: {e}", work.display()))?;
+            let dst = work.join("sysfs");
+            let ok = Command::new("cp")
+                .arg("-a")
+                .arg(&src)
+                .arg(&dst)
+                .status()
+                .map_err(|e| format!("cp: {e}"))?;
+            ok.success()
+                .then_some(dst)
+                .ok_or_else(|| format!("copying {}", src.display()))
+        }
+        None if tgz.is_file() => {
+            std::fs::create_dir_all(work).map_err(|e| format!("{}: {e}", work.display()))?;
+            let ok = Command::new("tar")
+                .arg("-xzf")
+                .arg(&tgz)
+                .arg("-C")
+                .arg(work)
+                .status()
+                .map_err(|e| format!("tar: {e}"))?;
+            let dst = work.join("sysfs");
+            if ok.success() && dst.join("bus/pci/devices").is_dir() {
+                Ok(dst)
+            } else {
+                Err(format!("{} does not unpack to sysfs/bus/pci/devices", tgz.display()))
+            }
+        }
+        None => Err("no sysfs tree (no sysfs/, sysfs.tgz, or bus/pci/devices)".into()),
+    }
+}
+
+/// The GPUs `topo.json` lists, when the directory has one.
+fn listed_gpus(d: &Path) -> Result<Option<Vec<Bdf>>, String> {
+    let f = d.join("topo.json");
+    let Ok(text) = std::fs::read_to_string(&f) else {
+        return Ok(None);
+    };
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+    let gpus = v["gpus"]
+        .as_array()
+        .ok_or_else(|| format!("{}: no `gpus` array", f.display()))?;
+    gpus.iter()
+        .map(|g| {
+            g["bdf"]
+                .as_str()
+                .and_then(|s| s.parse::<Bdf>().ok())
+                .ok_or_else(|| format!("{}: a GPU without a valid `bdf`", f.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// Published GPUs and NICs (name -> address) and the left-out lines of
+/// `p2p-host dra slices --json --bind` for a placeholder node.
+#[allow(clippy::type_complexity)]
+fn published(
+    p2p_host: &Path,
+    args: &[String],
+) -> Result<(BTreeMap<String, Bdf>, BTreeMap<String, Bdf>, Vec<String>), String> {
+    let out = Command::new(p2p_host)
+        .args(["dra", "slices", "--json", "--bind", "--no-nvml", "--node-name", "shape"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("{}: {e}", p2p_host.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("p2p-host dra slices failed: {}", stderr.trim()));
+    }
+    let list: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let (mut gpus, mut nics) = (BTreeMap::new(), BTreeMap::new());
+    for slice in list["items"].as_array().into_iter().flatten() {
+        for d in slice["spec"]["devices"].as_array().into_iter().flatten() {
+            let name = d["name"].as_str().unwrap_or_default().to_string();
+            let attrs = &d["attributes"];
+            let bdf = attrs["resource.kubernetes.io/pciBusID"]["string"]
+                .as_str()
+                .and_then(|s| s.parse::<Bdf>().ok())
+                .ok_or_else(|| format!("device {name} has no pciBusID"))?;
+            match attrs["gpu.vp2p.io/kind"]["string"].as_str() {
+                Some("gpu") => gpus.insert(name, bdf),
+                Some("nic") => nics.insert(name, bdf),
+                _ => None,
+            };
+        }
+    }
+    let left_out = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("p2p-host: left out "))
+        .map(str::to_string)
+        .collect();
+    Ok((gpus, nics, left_out))
+}
