@@ -114,11 +114,38 @@ func ControllerManagerArgs(dir string) ([]string, error) {
 	)
 }
 
+// SchedulerProfileFile is where a run may put kube-scheduler's settings
+// (KubeSchedulerConfiguration fields below the top level, e.g. `profiles`
+// and `percentageOfNodesToScore`, as YAML) before the control plane starts.
+func SchedulerProfileFile(dir string) string { return filepath.Join(dir, "scheduler-profile.yaml") }
+
 // SchedulerArgs are kube-scheduler's flags for DIR: the default profile,
-// whose DynamicResources plugin allocates claims.
+// whose DynamicResources plugin allocates claims, or the settings of
+// DIR/scheduler-profile.yaml when there is one (written into a
+// KubeSchedulerConfiguration with DIR's kubeconfig, no leader election).
 func SchedulerArgs(dir string) ([]string, error) {
-	return clientArgs(dir, "scheduler", "system:kube-scheduler",
+	args, err := clientArgs(dir, "scheduler", "system:kube-scheduler",
 		func(st *State) int { return st.SchedulerPort })
+	if err != nil {
+		return nil, err
+	}
+	profile, err := os.ReadFile(SchedulerProfileFile(dir))
+	if os.IsNotExist(err) {
+		return args, nil
+	} else if err != nil {
+		return nil, err
+	}
+	kc, err := kubeconfigOf(dir, "scheduler", "system:kube-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "scheduler-config.yaml")
+	text := fmt.Sprintf("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"+
+		"clientConnection:\n  kubeconfig: %q\nleaderElection:\n  leaderElect: false\n%s", kc, profile)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		return nil, err
+	}
+	return append(args, "--config="+cfg), nil
 }
 
 // clientArgs are the flags kube-controller-manager and kube-scheduler share

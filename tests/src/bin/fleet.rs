@@ -14,8 +14,8 @@ use p2p_tests::kube::ControlPlane;
 #[command(name = "fleet")]
 struct Args {
     /// Directory whose subdirectories are sysfs trees (or hold one in sysfs/ or sysfs.tgz).
-    #[arg(long)]
-    trees: PathBuf,
+    #[arg(long, required_unless_present = "report")]
+    trees: Option<PathBuf>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 200)]
     nodes: usize,
@@ -26,7 +26,11 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seeds: u64,
     /// Policies, comma-separated: vp2p, nvidia, count, oracle.
-    #[arg(long, value_delimiter = ',', default_value = "vp2p,nvidia,count,oracle")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "vp2p,nvidia,count,oracle"
+    )]
     policies: Vec<String>,
     /// Submit this many VM pods per run: past the top load one VM leaves
     /// before each arrives (the scale run); without it a run stops at the top load.
@@ -35,6 +39,13 @@ struct Args {
     /// Write the records as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// kube-scheduler settings (KubeSchedulerConfiguration fields below the
+    /// top level, e.g. docs/examples/fleet-scheduler-profile.yaml); default: its defaults.
+    #[arg(long, value_name = "FILE")]
+    scheduler_profile: Option<PathBuf>,
+    /// Print the table and goals of a saved `--json` FILE again, and run nothing.
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    report: Option<PathBuf>,
     /// Work directory (control plane, logs, tree copies).
     #[arg(long, default_value = "target/fleet")]
     work: PathBuf,
@@ -51,13 +62,21 @@ fn main() -> anyhow::Result<()> {
     if a.nodes == 0 || a.seeds == 0 {
         bail!("--nodes and --seeds must be at least 1");
     }
+    if let Some(f) = &a.report {
+        return print_saved(f);
+    }
     let policies = a
         .policies
         .iter()
-        .map(|p| Policy::parse(p).with_context(|| format!("--policies: unknown policy '{p}' (vp2p, nvidia, count, oracle)")))
+        .map(|p| {
+            Policy::parse(p).with_context(|| {
+                format!("--policies: unknown policy '{p}' (vp2p, nvidia, count, oracle)")
+            })
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    if !a.trees.is_dir() {
-        bail!("--trees {}: not a directory", a.trees.display());
+    let trees = a.trees.clone().unwrap_or_default();
+    if !trees.is_dir() {
+        bail!("--trees {}: not a directory", trees.display());
     }
     std::fs::create_dir_all(&a.work).with_context(|| format!("{}", a.work.display()))?;
     let work = std::fs::canonicalize(&a.work)?;
@@ -65,9 +84,15 @@ fn main() -> anyhow::Result<()> {
     let needs_kube = policies.iter().any(|p| *p != Policy::Oracle);
     let cp_dir = work.join("control-plane");
     let _ = std::fs::remove_dir_all(&cp_dir);
+    if let Some(f) = &a.scheduler_profile {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("--scheduler-profile {}", f.display()))?;
+        std::fs::create_dir_all(&cp_dir)?;
+        std::fs::write(cp_dir.join("scheduler-profile.yaml"), text)?;
+    }
     let cp = needs_kube.then(|| ControlPlane::start_at(&cp_dir));
     let cfg = FleetConfig {
-        trees: a.trees.clone(),
+        trees,
         nodes: a.nodes,
         loads: a.loads.clone(),
         seeds: a.seeds,
@@ -97,14 +122,23 @@ fn main() -> anyhow::Result<()> {
     }
     println!("Share of admitted VMs by worst GPU-pair class (mean±sd over seeds, %):");
     print!("{}", figures::table(&report.records, &names, &a.loads));
+    print!("{}", figures::goals(&report.records, &names, &a.loads));
     for (p, seed, n, secs) in &report.throughput {
-        println!("  {p} seed {seed}: {n} pods in {secs:.1} s, {:.1} pods/s", *n as f64 / secs);
+        println!(
+            "  {p} seed {seed}: {n} pods in {secs:.1} s, {:.1} pods/s",
+            *n as f64 / secs
+        );
     }
     let timeouts: Vec<String> = report
         .whole
         .iter()
         .filter(|r| r.filter_timeouts > 0)
-        .map(|r| format!("{} seed {} {}-GPU: {}", r.policy, r.seed, r.vm_gpus, r.filter_timeouts))
+        .map(|r| {
+            format!(
+                "{} seed {} {}-GPU: {}",
+                r.policy, r.seed, r.vm_gpus, r.filter_timeouts
+            )
+        })
         .collect();
     if timeouts.is_empty() {
         println!("DRA filter timeout (10 s): never hit");
@@ -122,5 +156,26 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("fleet: records in {}", path.display());
     }
+    Ok(())
+}
+
+/// `--report FILE`: the table and goals of a saved run.
+fn print_saved(f: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(f).with_context(|| format!("--report {}", f.display()))?;
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", f.display()))?;
+    let records: Vec<figures::Record> = serde_json::from_value(doc["records"].clone())
+        .with_context(|| format!("{}: `records` is not a list of fleet records", f.display()))?;
+    let loads: Vec<f64> = serde_json::from_value(doc["loads"].clone())
+        .with_context(|| format!("{}: no `loads`", f.display()))?;
+    let mut names: Vec<&str> = Vec::new();
+    for p in Policy::ALL {
+        if records.iter().any(|r| r.policy == p.name()) {
+            names.push(p.name());
+        }
+    }
+    println!("Share of admitted VMs by worst GPU-pair class (mean±sd over seeds, %):");
+    print!("{}", figures::table(&records, &names, &loads));
+    print!("{}", figures::goals(&records, &names, &loads));
     Ok(())
 }

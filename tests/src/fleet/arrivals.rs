@@ -24,7 +24,7 @@ impl Rng {
 
     /// A number in `0..n` (n > 0), by Lemire's multiply-shift (bias below 2^-32 for small n).
     pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 }
 
@@ -91,7 +91,10 @@ mod tests {
         for (gpus, pct, nic) in MIX {
             let n = vms.iter().filter(|v| v.gpus == gpus).count();
             let share = n as f64 / 100.0;
-            assert!((share - pct as f64).abs() < 2.0, "{gpus}-GPU VMs: {share}% vs {pct}%");
+            assert!(
+                (share - pct as f64).abs() < 2.0,
+                "{gpus}-GPU VMs: {share}% vs {pct}%"
+            );
             assert!(vms.iter().filter(|v| v.gpus == gpus).all(|v| v.nic == nic));
         }
     }

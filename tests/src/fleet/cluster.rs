@@ -8,8 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::Client;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -73,9 +77,11 @@ impl Cluster {
         config.read_timeout = Some(Duration::from_secs(300));
         let client = Client::try_from(config).map_err(|e| e.to_string())?;
         let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        let nsobj = from(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
+        let nsobj =
+            from(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
         if let Err(e) = nss.create(&PostParams::default(), &nsobj).await {
-            if !e.to_string().contains("AlreadyExists") && !e.to_string().contains("already exists") {
+            if !e.to_string().contains("AlreadyExists") && !e.to_string().contains("already exists")
+            {
                 return Err(format!("namespace {ns}: {e}"));
             }
         }
@@ -137,7 +143,11 @@ impl Cluster {
         // Admission taints a new node not-ready until the node lifecycle
         // controller hears from its kubelet; neither runs here.
         nodes
-            .patch(name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": null}})))
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"taints": null}})),
+            )
             .await
             .map_err(|e| format!("node {name} taints: {e}"))?;
         let api: Api<ResourceSlice> = Api::all(self.client.clone());
@@ -150,7 +160,11 @@ impl Cluster {
     }
 
     /// Creates `nodes` (name, slices) with `parallel` requests in flight.
-    pub async fn add_nodes(self: &Arc<Self>, nodes: Vec<(String, Vec<Value>)>, parallel: usize) -> Result<(), String> {
+    pub async fn add_nodes(
+        self: &Arc<Self>,
+        nodes: Vec<(String, Vec<Value>)>,
+        parallel: usize,
+    ) -> Result<(), String> {
         let gate = Arc::new(Semaphore::new(parallel));
         let mut set = tokio::task::JoinSet::new();
         for (name, slices) in nodes {
@@ -168,46 +182,40 @@ impl Cluster {
     }
 
     /// Creates DeviceClasses (cluster-wide) and claim templates (in the namespace).
-    pub async fn apply_classes_and_templates(&self, classes: &[Value], templates: &[Value]) -> Result<(), String> {
-        let dc: Api<DeviceClass> = Api::all(self.client.clone());
-        for c in classes {
-            let obj: DeviceClass = from(c.clone())?;
-            let name = obj.metadata.name.clone().unwrap_or_default();
-            if dc.get_opt(&name).await.map_err(|e| e.to_string())?.is_none() {
-                dc.create(&PostParams::default(), &obj)
-                    .await
-                    .map_err(|e| format!("DeviceClass {name}: {e}"))?;
-            }
-        }
-        let rt: Api<ResourceClaimTemplate> = Api::namespaced(self.client.clone(), &self.ns);
-        for t in templates {
-            let obj: ResourceClaimTemplate = from(t.clone())?;
-            let name = obj.metadata.name.clone().unwrap_or_default();
-            if rt.get_opt(&name).await.map_err(|e| e.to_string())?.is_none() {
-                rt.create(&PostParams::default(), &obj)
-                    .await
-                    .map_err(|e| format!("ResourceClaimTemplate {name}: {e}"))?;
-            }
-        }
-        Ok(())
+    pub async fn apply_classes_and_templates(
+        &self,
+        classes: &[Value],
+        templates: &[Value],
+    ) -> Result<(), String> {
+        create_missing::<DeviceClass>(Api::all(self.client.clone()), classes).await?;
+        create_missing::<ResourceClaimTemplate>(
+            Api::namespaced(self.client.clone(), &self.ns),
+            templates,
+        )
+        .await
     }
 
     /// Creates a VM pod of `gpus` GPUs whose claim comes from `template`,
     /// and waits until the scheduler bound it or found no node for it.
-    pub async fn place(&mut self, name: &str, gpus: u8, template: &str) -> Result<PodResult, String> {
+    pub async fn place(
+        &mut self,
+        name: &str,
+        gpus: u8,
+        template: &str,
+    ) -> Result<PodResult, String> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
         let n = u32::from(gpus);
         let pod = from(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"fleet.vp2p.io/vm": "true"}},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "compute", "image": "registry.invalid/vm:1",
-                    "resources": {
-                        "requests": {"cpu": (n * CPU_PER_GPU).to_string(),
-                                     "memory": format!("{}Gi", n * MEMORY_GI_PER_GPU)},
-                        "claims": [{"name": "devices"}]}}],
-                "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": template}],
-            }}))?;
+        "metadata": {"name": name, "labels": {"fleet.vp2p.io/vm": "true"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "compute", "image": "registry.invalid/vm:1",
+                "resources": {
+                    "requests": {"cpu": (n * CPU_PER_GPU).to_string(),
+                                 "memory": format!("{}Gi", n * MEMORY_GI_PER_GPU)},
+                    "claims": [{"name": "devices"}]}}],
+            "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": template}],
+        }}))?;
         let start = Instant::now();
         pods.create(&PostParams::default(), &pod)
             .await
@@ -236,7 +244,11 @@ impl Cluster {
                 let took = start.elapsed();
                 let devices = self.allocated(&ev).await?;
                 return Ok(PodResult {
-                    outcome: Outcome::Bound { node, devices, took },
+                    outcome: Outcome::Bound {
+                        node,
+                        devices,
+                        took,
+                    },
                     filter_timeouts,
                 });
             }
@@ -244,15 +256,23 @@ impl Cluster {
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"));
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                });
             if let Some(c) = cond {
                 let msg = c.message.clone().unwrap_or_default();
-                if msg.contains("timed out trying to allocate devices") && seen_errors.insert(msg.clone()) {
+                if msg.contains("timed out trying to allocate devices")
+                    && seen_errors.insert(msg.clone())
+                {
                     filter_timeouts += 1;
                 }
                 if c.reason.as_deref() == Some("Unschedulable") {
                     return Ok(PodResult {
-                        outcome: Outcome::Rejected { why: msg, took: start.elapsed() },
+                        outcome: Outcome::Rejected {
+                            why: msg,
+                            took: start.elapsed(),
+                        },
                         filter_timeouts,
                     });
                 }
@@ -270,7 +290,10 @@ impl Cluster {
             .and_then(|c| c.resource_claim_name.clone())
             .ok_or_else(|| format!("pod {:?} is bound without a claim", pod.metadata.name))?;
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &self.ns);
-        let c = api.get(&claim).await.map_err(|e| format!("claim {claim}: {e}"))?;
+        let c = api
+            .get(&claim)
+            .await
+            .map_err(|e| format!("claim {claim}: {e}"))?;
         let results = c
             .status
             .and_then(|s| s.allocation)
@@ -285,9 +308,20 @@ impl Cluster {
     /// Deletes VM pod `name` at once (no kubelet would confirm it), which gives its claim back.
     pub async fn remove(&self, name: &str) -> Result<(), String> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
-        match pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await {
+        match pods
+            .delete(
+                name,
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await
+        {
             Ok(_) => Ok(()),
-            Err(e) if e.to_string().contains("NotFound") || e.to_string().contains("not found") => Ok(()),
+            Err(e) if e.to_string().contains("NotFound") || e.to_string().contains("not found") => {
+                Ok(())
+            }
             Err(e) => Err(format!("deleting pod {name}: {e}")),
         }
     }
@@ -296,15 +330,24 @@ impl Cluster {
     /// left, so the next policy starts on an empty fleet.
     pub async fn clear(&self) -> Result<(), String> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
-        let dp = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
         pods.delete_collection(&dp, &ListParams::default())
             .await
             .map_err(|e| format!("deleting pods: {e}"))?;
         let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &self.ns);
         let start = Instant::now();
         loop {
-            let left = claims.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-            let pods_left = pods.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let left = claims
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let pods_left = pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
             if left.items.is_empty() && pods_left.items.is_empty() {
                 return Ok(());
             }
@@ -334,13 +377,25 @@ impl Cluster {
             .map_err(|e| format!("deleting slices: {e}"))?;
         let start = Instant::now();
         loop {
-            let n = nodes.list(&lp).await.map_err(|e| e.to_string())?.items.len();
-            let s = slices.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items.len();
+            let n = nodes
+                .list(&lp)
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            let s = slices
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
             if n == 0 && s == 0 {
                 return Ok(());
             }
             if start.elapsed() > Duration::from_secs(120) {
-                return Err(format!("{n} node(s) and {s} slice(s) still there after 2 minutes"));
+                return Err(format!(
+                    "{n} node(s) and {s} slice(s) still there after 2 minutes"
+                ));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -352,6 +407,32 @@ impl Cluster {
     }
 }
 
+/// Creates each of `objects` that `api` does not have yet (by name).
+async fn create_missing<K>(api: Api<K>, objects: &[Value]) -> Result<(), String>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    for v in objects {
+        let obj: K = from(v.clone())?;
+        let name = obj.meta().name.clone().unwrap_or_default();
+        if api
+            .get_opt(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_none()
+        {
+            api.create(&PostParams::default(), &obj)
+                .await
+                .map_err(|e| format!("{} {name}: {e}", K::kind(&())))?;
+        }
+    }
+    Ok(())
+}
+
 /// A typed object from JSON.
 fn from<T: DeserializeOwned>(v: Value) -> Result<T, String> {
     serde_json::from_value(v).map_err(|e| e.to_string())
@@ -359,7 +440,9 @@ fn from<T: DeserializeOwned>(v: Value) -> Result<T, String> {
 
 /// Devices of one bound VM by kind: GPU names, NIC name, and the alternative
 /// of the prioritized list each request got (request "gpus/switch" -> "switch").
-pub fn split_devices(devices: &[(String, String, String)]) -> (Vec<String>, Option<String>, BTreeMap<String, String>) {
+pub fn split_devices(
+    devices: &[(String, String, String)],
+) -> (Vec<String>, Option<String>, BTreeMap<String, String>) {
     let (mut gpus, mut nic, mut tiers) = (Vec::new(), None, BTreeMap::new());
     for (req, dev, _) in devices {
         let (base, tier) = req.split_once('/').unwrap_or((req.as_str(), "-"));

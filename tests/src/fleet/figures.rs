@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::trees::Class;
 
@@ -25,16 +25,19 @@ pub struct VmResult {
 }
 
 /// Counts per class, every class present (zeros included), in column order.
-pub fn class_counts<'a>(classes: impl Iterator<Item = &'a Class>) -> BTreeMap<&'static str, u32> {
-    let mut m: BTreeMap<&'static str, u32> = Class::ALL.iter().map(|c| (c.name(), 0)).collect();
+pub fn class_counts<'a>(classes: impl Iterator<Item = &'a Class>) -> BTreeMap<String, u32> {
+    let mut m: BTreeMap<String, u32> = Class::ALL
+        .iter()
+        .map(|c| (c.name().to_string(), 0))
+        .collect();
     for c in classes {
-        *m.entry(c.name()).or_default() += 1;
+        *m.entry(c.name().to_string()).or_default() += 1;
     }
     m
 }
 
 /// One record of `--json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     /// `vp2p`, `nvidia`, `count` or `oracle`.
     pub policy: String,
@@ -45,9 +48,9 @@ pub struct Record {
     /// The seed of nodes and arrivals.
     pub seed: u64,
     /// Admitted VMs of this size by worst GPU-pair class: NV, PIX, PXB, PHB, NODE, SYS.
-    pub classes: BTreeMap<&'static str, u32>,
+    pub classes: BTreeMap<String, u32>,
     /// Admitted VMs of this size that asked for a NIC, by worst GPU-to-NIC class.
-    pub nic_classes: Option<BTreeMap<&'static str, u32>>,
+    pub nic_classes: Option<BTreeMap<String, u32>>,
     /// VMs of this size no node was found for.
     pub rejected: u32,
     /// Admitted VMs of this size by the alternative their GPUs got (tiered claims).
@@ -107,7 +110,10 @@ pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
 pub fn share(r: &Record, within: &[Class]) -> Option<f64> {
     let total: u32 = r.classes.values().sum();
     (total > 0).then(|| {
-        let n: u32 = within.iter().map(|c| r.classes[c.name()]).sum();
+        let n: u32 = within
+            .iter()
+            .map(|c| r.classes.get(c.name()).copied().unwrap_or(0))
+            .sum();
         100.0 * f64::from(n) / f64::from(total)
     })
 }
@@ -130,7 +136,13 @@ pub const ROOT_COMPLEX: [Class; 4] = [Class::Nv, Class::Pix, Class::Pxb, Class::
 pub const ONE_NUMA: [Class; 5] = [Class::Nv, Class::Pix, Class::Pxb, Class::Phb, Class::Node];
 
 /// Mean ± spread over seeds of a share, for (policy, load, size).
-pub fn seed_share(records: &[Record], policy: &str, load: f64, size: u8, within: &[Class]) -> Option<(f64, f64)> {
+pub fn seed_share(
+    records: &[Record],
+    policy: &str,
+    load: f64,
+    size: u8,
+    within: &[Class],
+) -> Option<(f64, f64)> {
     let xs: Vec<f64> = records
         .iter()
         .filter(|r| r.policy == policy && (r.load - load).abs() < 1e-9 && r.vm_gpus == size)
@@ -154,12 +166,17 @@ pub fn table(records: &[Record], policies: &[&str], loads: &[f64]) -> String {
             for size in [2u8, 4, 8] {
                 let rs: Vec<&Record> = records
                     .iter()
-                    .filter(|r| r.policy == policy && (r.load - load).abs() < 1e-9 && r.vm_gpus == size)
+                    .filter(|r| {
+                        r.policy == policy && (r.load - load).abs() < 1e-9 && r.vm_gpus == size
+                    })
                     .collect();
                 if rs.is_empty() {
                     continue;
                 }
-                let admitted: Vec<f64> = rs.iter().map(|r| f64::from(r.classes.values().sum::<u32>())).collect();
+                let admitted: Vec<f64> = rs
+                    .iter()
+                    .map(|r| f64::from(r.classes.values().sum::<u32>()))
+                    .collect();
                 let mut line = format!(
                     "{:<7} {:>3.0}% {:>4} {:>6.1} ",
                     policy,
@@ -183,7 +200,10 @@ pub fn table(records: &[Record], policies: &[&str], loads: &[f64]) -> String {
                     .filter_map(|m| {
                         let t: u32 = m.values().sum();
                         (t > 0).then(|| {
-                            let n: u32 = ROOT_COMPLEX.iter().map(|c| m[c.name()]).sum();
+                            let n: u32 = ROOT_COMPLEX
+                                .iter()
+                                .map(|c| m.get(c.name()).copied().unwrap_or(0))
+                                .sum();
                             100.0 * f64::from(n) / f64::from(t)
                         })
                     })
@@ -191,20 +211,58 @@ pub fn table(records: &[Record], policies: &[&str], loads: &[f64]) -> String {
                 let _ = write!(
                     line,
                     "  {:>9}",
-                    mean_sd(&nic).map(|m| format!("{:.1}", m.0)).unwrap_or_else(|| "-".into())
+                    mean_sd(&nic)
+                        .map(|m| format!("{:.1}", m.0))
+                        .unwrap_or_else(|| "-".into())
                 );
                 for p in [
-                    rs.iter().filter_map(|r| r.schedule_ms_p50).collect::<Vec<_>>(),
-                    rs.iter().filter_map(|r| r.schedule_ms_p99).collect::<Vec<_>>(),
+                    rs.iter()
+                        .filter_map(|r| r.schedule_ms_p50)
+                        .collect::<Vec<_>>(),
+                    rs.iter()
+                        .filter_map(|r| r.schedule_ms_p99)
+                        .collect::<Vec<_>>(),
                 ] {
                     let _ = write!(
                         line,
                         " {:>7}",
-                        mean_sd(&p).map(|m| format!("{:.0}", m.0)).unwrap_or_else(|| "-".into())
+                        mean_sd(&p)
+                            .map(|m| format!("{:.0}", m.0))
+                            .unwrap_or_else(|| "-".into())
                     );
                 }
                 let _ = writeln!(out, "{}", line.trim_end());
             }
+        }
+    }
+    out
+}
+
+/// The goals' shares per load and policy: 2-GPU VMs on a switch-local pair
+/// (NV, PIX, PXB), 4-GPU VMs below one root complex (NV .. PHB) and within
+/// one NUMA node (NV .. NODE), mean ± sd over seeds.
+pub fn goals(records: &[Record], policies: &[&str], loads: &[f64]) -> String {
+    let mut out = String::new();
+    let groups: [(u8, &str, &[Class]); 3] = [
+        (
+            2,
+            "2-GPU on a switch-local pair (NV, PIX, PXB)",
+            &SWITCH_LOCAL,
+        ),
+        (4, "4-GPU below one root complex (NV .. PHB)", &ROOT_COMPLEX),
+        (4, "4-GPU within one NUMA node (NV .. NODE)", &ONE_NUMA),
+    ];
+    for (size, what, within) in groups {
+        let _ = writeln!(out, "{what}, % of admitted:");
+        for &load in loads {
+            let cells: Vec<String> = policies
+                .iter()
+                .filter_map(|p| {
+                    seed_share(records, p, load, size, within)
+                        .map(|(m, sd)| format!("{p} {m:.1}±{sd:.1}"))
+                })
+                .collect();
+            let _ = writeln!(out, "  {:>3.0}%: {}", load * 100.0, cells.join("  "));
         }
     }
     out

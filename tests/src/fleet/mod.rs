@@ -123,7 +123,8 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let mut used = vec![0usize; shapes.len()];
-    let (mut records, mut throughput, mut gpus, mut whole) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut records, mut throughput, mut gpus, mut whole) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for seed in 1..=cfg.seeds {
         let draw = arrivals::draw_nodes(seed, shapes.len(), cfg.nodes);
         for &d in &draw {
@@ -136,7 +137,12 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         let top = cfg.loads.iter().copied().fold(0.0, f64::max);
         // Enough arrivals for any policy to reach the top load, rejections included.
         let stream = arrivals::stream(seed, cfg.pods.unwrap_or(0).max(total * 2));
-        let kube_policies: Vec<Policy> = cfg.policies.iter().copied().filter(|p| *p != Policy::Oracle).collect();
+        let kube_policies: Vec<Policy> = cfg
+            .policies
+            .iter()
+            .copied()
+            .filter(|p| *p != Policy::Oracle)
+            .collect();
         if !kube_policies.is_empty() {
             rt.block_on(async {
                 let ns = format!("fleet-seed-{seed}");
@@ -154,13 +160,19 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 let cla = Arc::new(cl);
                 cla.add_nodes(node_objects, 16).await?;
                 cl = Arc::try_unwrap(cla).map_err(|_| "the cluster is still shared".to_string())?;
-                eprintln!("fleet: seed {seed}: nodes and slices in {:.1} s", t0.elapsed().as_secs_f64());
+                eprintln!(
+                    "fleet: seed {seed}: nodes and slices in {:.1} s",
+                    t0.elapsed().as_secs_f64()
+                );
                 for &p in &kube_policies {
                     let classes = policy::device_classes(&cfg.repo)?;
                     let tmpl = policy::templates(p, &cfg.repo, &ns)?;
                     cl.apply_classes_and_templates(&classes, &tmpl).await?;
                     let started = Instant::now();
-                    let (vms, snaps, submitted) = run_policy(&mut cl, p, seed, &nodes, &stream, total, &cfg.loads, cfg.pods).await?;
+                    let (vms, snaps, submitted) = run_policy(
+                        &mut cl, p, seed, &nodes, &stream, total, &cfg.loads, cfg.pods,
+                    )
+                    .await?;
                     let secs = started.elapsed().as_secs_f64();
                     throughput.push((p.name().to_string(), seed, submitted, secs));
                     for (load, upto) in snaps {
@@ -190,9 +202,15 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                         sum >= want
                     })
                     .map_or(stream.len(), |i| i + 1);
-                let (placed, rejected) = placement::oracle(&nodes, &stream[..upto]);
-                let vms = oracle_results(&nodes, &placed, &rejected);
-                records.extend(figures::records("oracle", load, seed, &vms));
+                for size in [2u8, 4, 8] {
+                    let (placed, rejected) = placement::oracle(&nodes, &stream[..upto], size);
+                    let vms = oracle_results(&nodes, &placed, &rejected);
+                    records.extend(
+                        figures::records("oracle", load, seed, &vms)
+                            .into_iter()
+                            .filter(|r| r.vm_gpus == size),
+                    );
+                }
             }
         }
     }
@@ -249,9 +267,21 @@ async fn reset_nodes(cl: &Cluster) -> Result<(), String> {
 }
 
 /// What `p2p-host dra slices --json --bind` prints for `shape` as node `name`.
-fn node_slices(p2p_host: &std::path::Path, shape: &Shape, name: &str) -> Result<Vec<Value>, String> {
+fn node_slices(
+    p2p_host: &std::path::Path,
+    shape: &Shape,
+    name: &str,
+) -> Result<Vec<Value>, String> {
     let out = std::process::Command::new(p2p_host)
-        .args(["dra", "slices", "--json", "--bind", "--no-nvml", "--node-name", name])
+        .args([
+            "dra",
+            "slices",
+            "--json",
+            "--bind",
+            "--no-nvml",
+            "--node-name",
+            name,
+        ])
         .args(&shape.slice_args)
         .output()
         .map_err(|e| format!("{}: {e}", p2p_host.display()))?;
@@ -306,9 +336,15 @@ async fn run_policy(
             }
         }
         let name = format!("{}-vm-{:05}", policy.name(), vm.index);
-        let r = cl.place(&name, vm.gpus, &policy.template_name(vm.gpus)).await?;
+        let r = cl
+            .place(&name, vm.gpus, &policy.template_name(vm.gpus))
+            .await?;
         let result = match r.outcome {
-            Outcome::Bound { node, devices, took } => {
+            Outcome::Bound {
+                node,
+                devices,
+                took,
+            } => {
                 let (gpus, nic, tiers) = cluster::split_devices(&devices);
                 let shape = by_name
                     .get(&node)

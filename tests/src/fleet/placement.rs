@@ -1,12 +1,12 @@
 //! Where a VM landed, what it got, and the offline oracle: a placer that sees
-//! every node's tree and the whole arrival list at once, places the largest
-//! VMs first, each on the devices with the best worst-pair class (then the
+//! every node's tree and the whole arrival list at once. For the figures of
+//! one VM size it places that size's VMs first, then the others largest
+//! first; each VM on the devices with the best worst-pair class (then the
 //! nearest NIC, then the fullest node, then the set that leaves the best
-//! pairs free). It is the reference the scheduler's figures are measured
+//! pairs free). So each size's figure is the most that size could get from
+//! the same arrivals, the reference the scheduler's figures are measured
 //! against: no scheduler that places VMs one at a time in arrival order has
 //! that knowledge. It is a greedy bound, not a proven optimum.
-
-use std::collections::BTreeSet;
 
 use super::arrivals::Vm;
 use super::trees::{Class, Shape};
@@ -35,36 +35,42 @@ impl Placed {
     }
 }
 
-/// What is free on each node while the oracle places.
+/// What is free on each node while the oracle places: device indices of
+/// the node's [`Shape::matrix`].
 struct Free {
-    gpus: BTreeSet<String>,
-    nics: BTreeSet<String>,
+    gpus: Vec<usize>,
+    nics: Vec<usize>,
 }
 
-/// The oracle's placement of `vms` on `nodes` (shapes by node): the admitted
-/// VMs, and the VMs it could not place anywhere.
-pub fn oracle(nodes: &[&Shape], vms: &[Vm]) -> (Vec<Placed>, Vec<Vm>) {
+/// The oracle's placement of `vms` on `nodes` (shapes by node), VMs of
+/// `first` GPUs placed first: the admitted VMs, and the VMs it could not
+/// place anywhere.
+pub fn oracle(nodes: &[&Shape], vms: &[Vm], first: u8) -> (Vec<Placed>, Vec<Vm>) {
     let mut free: Vec<Free> = nodes
         .iter()
         .map(|s| Free {
-            gpus: s.gpus.keys().cloned().collect(),
-            nics: s.nics.keys().cloned().collect(),
+            gpus: s.gpus.keys().map(|n| s.index[n]).collect(),
+            nics: s.nics.keys().map(|n| s.index[n]).collect(),
         })
         .collect();
     let mut order: Vec<&Vm> = vms.iter().collect();
-    order.sort_by_key(|v| (std::cmp::Reverse(v.gpus), v.index));
+    order.sort_by_key(|v| (v.gpus != first, std::cmp::Reverse(v.gpus), v.index));
     let (mut placed, mut rejected) = (Vec::new(), Vec::new());
     for vm in order {
         match best(nodes, &free, vm) {
-            Some(p) => {
-                let f = &mut free[p.node];
-                for g in &p.gpus {
-                    f.gpus.remove(g);
+            Some((node, set, nic)) => {
+                let f = &mut free[node];
+                f.gpus.retain(|g| !set.contains(g));
+                if let Some(n) = nic {
+                    f.nics.retain(|&x| x != n);
                 }
-                if let Some(n) = &p.nic {
-                    f.nics.remove(n);
-                }
-                placed.push(p);
+                let names = names_by_index(nodes[node]);
+                placed.push(Placed {
+                    vm: *vm,
+                    node,
+                    gpus: set.iter().map(|&i| names[i].clone()).collect(),
+                    nic: nic.map(|i| names[i].clone()),
+                });
             }
             None => rejected.push(*vm),
         }
@@ -74,66 +80,87 @@ pub fn oracle(nodes: &[&Shape], vms: &[Vm]) -> (Vec<Placed>, Vec<Vm>) {
     (placed, rejected)
 }
 
-/// The best place for `vm` now, by (worst GPU class, NIC class, GPUs left
-/// free on the node, quality of the pairs left free).
-fn best(nodes: &[&Shape], free: &[Free], vm: &Vm) -> Option<Placed> {
+/// Device names of `shape` by index.
+fn names_by_index(shape: &Shape) -> Vec<String> {
+    let mut names = vec![String::new(); shape.index.len()];
+    for (n, &i) in &shape.index {
+        names[i] = n.clone();
+    }
+    names
+}
+
+/// A place for a VM: (node, GPU indices, NIC index).
+type Spot = (usize, Vec<usize>, Option<usize>);
+
+/// The best place for `vm` now, by (worst
+/// GPU class, NIC class, GPUs left free on the node, quality of the pairs
+/// left free).
+fn best(nodes: &[&Shape], free: &[Free], vm: &Vm) -> Option<Spot> {
     type Key = (Class, Option<Class>, usize, std::cmp::Reverse<u32>);
-    let mut best: Option<(Key, Placed)> = None;
+    let mut best: Option<(Key, Spot)> = None;
     let n = vm.gpus as usize;
     for (i, shape) in nodes.iter().enumerate() {
         let f = &free[i];
         if f.gpus.len() < n || (vm.nic && f.nics.is_empty()) {
             continue;
         }
-        let pool: Vec<&str> = f.gpus.iter().map(String::as_str).collect();
-        for set in combinations(&pool, n) {
-            let worst = shape.worst(&set);
+        let m = &shape.matrix;
+        for set in combinations(&f.gpus, n) {
+            let worst = worst_of(m, &set);
             let nic = if vm.nic {
-                f.nics
+                let (c, x) = f
+                    .nics
                     .iter()
-                    .map(|c| (shape.nic_class(&set, c), c))
-                    .min()
-                    .map(|(c, name)| (Some(c), Some(name.clone())))
+                    .map(|&x| (set.iter().map(|&g| m[g][x]).max().unwrap_or(Class::Sys), x))
+                    .min()?;
+                (Some(c), Some(x))
             } else {
-                Some((None, None))
+                (None, None)
             };
-            let Some((nic_class, nic_name)) = nic else { continue };
-            let left: Vec<&str> = pool.iter().copied().filter(|g| !set.contains(g)).collect();
+            let left: Vec<usize> = f
+                .gpus
+                .iter()
+                .copied()
+                .filter(|g| !set.contains(g))
+                .collect();
             let key = (
                 worst,
-                nic_class,
+                nic.0,
                 left.len(),
-                std::cmp::Reverse(pair_quality(shape, &left)),
+                std::cmp::Reverse(pair_quality(m, &left)),
             );
             if best.as_ref().is_none_or(|(k, _)| key < *k) {
-                best = Some((
-                    key,
-                    Placed {
-                        vm: *vm,
-                        node: i,
-                        gpus: set.iter().map(|s| s.to_string()).collect(),
-                        nic: nic_name,
-                    },
-                ));
+                best = Some((key, (i, set, nic.1)));
             }
         }
     }
     best.map(|(_, p)| p)
 }
 
+/// The worst class among every pair of `set`.
+fn worst_of(m: &[Vec<Class>], set: &[usize]) -> Class {
+    let mut worst = Class::Nv;
+    for (k, &a) in set.iter().enumerate() {
+        for &b in &set[k + 1..] {
+            worst = worst.max(m[a][b]);
+        }
+    }
+    worst
+}
+
 /// How good the pairs among `gpus` are: 5 for NVLink down to 0 for SYS, summed.
-fn pair_quality(shape: &Shape, gpus: &[&str]) -> u32 {
+fn pair_quality(m: &[Vec<Class>], gpus: &[usize]) -> u32 {
     let mut q = 0;
-    for (i, a) in gpus.iter().enumerate() {
-        for b in &gpus[i + 1..] {
-            q += 5 - shape.class(a, b) as u32;
+    for (k, &a) in gpus.iter().enumerate() {
+        for &b in &gpus[k + 1..] {
+            q += 5 - m[a][b] as u32;
         }
     }
     q
 }
 
 /// Every `k`-subset of `items`, in lexicographic order of positions.
-pub fn combinations<'a>(items: &[&'a str], k: usize) -> Vec<Vec<&'a str>> {
+pub fn combinations<T: Copy>(items: &[T], k: usize) -> Vec<Vec<T>> {
     let mut out = Vec::new();
     if k > items.len() {
         return out;
@@ -154,6 +181,7 @@ pub fn combinations<'a>(items: &[&'a str], k: usize) -> Vec<Vec<&'a str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn combinations_count_is_the_binomial_coefficient() {

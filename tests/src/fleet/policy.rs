@@ -77,7 +77,10 @@ const STANDARD: [&str; 3] = [
 /// for each driver of the NVIDIA cut.
 pub fn device_classes(repo: &Path) -> Result<Vec<Value>, String> {
     let mut out = yaml_documents(&repo.join("host/kubernetes/dra/deviceclasses.yaml"))?;
-    for (name, driver) in [("nvidia-vfio-gpu", NVIDIA_DRIVER), ("standard-nic", NIC_DRIVER)] {
+    for (name, driver) in [
+        ("nvidia-vfio-gpu", NVIDIA_DRIVER),
+        ("standard-nic", NIC_DRIVER),
+    ] {
         out.push(json!({
             "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
             "metadata": {"name": name},
@@ -107,9 +110,7 @@ pub fn templates(policy: Policy, repo: &Path, ns: &str) -> Result<Vec<Value>, St
 
 /// A template of `policy` (nvidia or count) for `gpus` GPUs and maybe a NIC.
 fn generated(policy: Policy, gpus: u8, nic: bool) -> Value {
-    let exactly = |class: &str, count: u8| {
-        json!({"deviceClassName": class, "allocationMode": "ExactCount", "count": count})
-    };
+    let exactly = |class: &str, count: u8| json!({"deviceClassName": class, "allocationMode": "ExactCount", "count": count});
     let (gpu_class, nic_class) = match policy {
         Policy::Nvidia => ("nvidia-vfio-gpu", "standard-nic"),
         _ => ("vp2p-gpu", "vp2p-nic"),
@@ -230,18 +231,33 @@ mod tests {
     fn the_nvidia_tiers_hold_the_nic_with_the_gpus_at_each_level() {
         let t = generated(Policy::Nvidia, 4, true);
         let c = &t["spec"]["spec"]["devices"]["constraints"];
-        assert_eq!(c[0]["requests"], json!(["gpus/root-complex", "nic/root-complex"]));
+        assert_eq!(
+            c[0]["requests"],
+            json!(["gpus/root-complex", "nic/root-complex"])
+        );
         assert_eq!(
             c[1]["requests"],
-            json!(["gpus/root-complex", "nic/root-complex", "gpus/numa-node", "nic/numa-node"])
+            json!([
+                "gpus/root-complex",
+                "nic/root-complex",
+                "gpus/numa-node",
+                "nic/numa-node"
+            ])
         );
-        assert_eq!(c.as_array().map(Vec::len), Some(2), "anywhere has no constraint");
+        assert_eq!(
+            c.as_array().map(Vec::len),
+            Some(2),
+            "anywhere has no constraint"
+        );
     }
 
     #[test]
     fn counting_claims_have_no_constraint() {
         let t = generated(Policy::Count, 8, false);
         assert!(t["spec"]["spec"]["devices"].get("constraints").is_none());
-        assert_eq!(t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"], 8);
+        assert_eq!(
+            t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"],
+            8
+        );
     }
 }

@@ -99,17 +99,19 @@ pub struct Shape {
     pub gpus: BTreeMap<String, Bdf>,
     /// Published RDMA NICs: device name -> address.
     pub nics: BTreeMap<String, Bdf>,
-    /// The class of every pair of published devices, both orders.
-    pub pairs: BTreeMap<(String, String), Class>,
+    /// Every published device (GPUs, then NICs) by its index in [`Shape::matrix`].
+    pub index: BTreeMap<String, usize>,
+    /// The class of every pair of published devices, by index.
+    pub matrix: Vec<Vec<Class>>,
 }
 
 impl Shape {
-    /// The class between two published devices.
+    /// The class between two published devices (SYS for a name it does not publish).
     pub fn class(&self, a: &str, b: &str) -> Class {
-        self.pairs
-            .get(&(a.to_string(), b.to_string()))
-            .copied()
-            .unwrap_or(Class::Sys)
+        match (self.index.get(a), self.index.get(b)) {
+            (Some(&i), Some(&j)) => self.matrix[i][j],
+            _ => Class::Sys,
+        }
     }
 
     /// The worst class among every pair of `gpus`.
@@ -184,8 +186,12 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
     let root = tree_root(d, work, !rdma.is_empty())?;
     for (n, bdf) in rdma.iter().enumerate() {
         let dev = root.join("bus/pci/devices").join(bdf);
-        let dev = std::fs::canonicalize(&dev)
-            .map_err(|e| format!("{}: {bdf} is not a function of the tree: {e}", nics_file.display()))?;
+        let dev = std::fs::canonicalize(&dev).map_err(|e| {
+            format!(
+                "{}: {bdf} is not a function of the tree: {e}",
+                nics_file.display()
+            )
+        })?;
         std::fs::create_dir_all(dev.join(format!("infiniband/mlx5_{n}")))
             .map_err(|e| format!("staging {bdf} as an RDMA NIC: {e}"))?;
     }
@@ -193,7 +199,12 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
     let listed = listed_gpus(d)?;
     if let Some(list) = &listed {
         slice_args.push("--gpus".into());
-        slice_args.push(list.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","));
+        slice_args.push(
+            list.iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
     }
     let nvlink = d.join("nvlink.json");
     if nvlink.is_file() {
@@ -226,23 +237,28 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
     let sys = SysfsRoot::new(&root).map_err(|e| e.to_string())?;
     let topo = reader.read_root(&sys).map_err(|e| e.to_string())?;
     let all: Vec<(&String, &Bdf)> = gpus.iter().chain(nics.iter()).collect();
-    let mut pairs = BTreeMap::new();
-    for (a, ba) in &all {
-        for (b, bb) in &all {
-            if a == b {
-                continue;
+    let mut matrix = vec![vec![Class::Pix; all.len()]; all.len()];
+    for (i, (_, ba)) in all.iter().enumerate() {
+        for (j, (_, bb)) in all.iter().enumerate() {
+            if i != j {
+                let c = classify(&topo, **ba, **bb).map_err(|e| e.to_string())?;
+                matrix[i][j] = Class::of(c.class);
             }
-            let c = classify(&topo, **ba, **bb).map_err(|e| e.to_string())?;
-            pairs.insert(((*a).clone(), (*b).clone()), Class::of(c.class));
         }
     }
+    let index = all
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| ((*n).clone(), i))
+        .collect();
     Ok(Shape {
         name: name.to_string(),
         root,
         slice_args,
         gpus,
         nics,
-        pairs,
+        index,
+        matrix,
     })
 }
 
@@ -256,6 +272,8 @@ fn tree_root(d: &Path, work: &Path, edit: bool) -> Result<PathBuf, String> {
     match direct {
         Some(src) if !edit => Ok(src),
         Some(src) => {
+            // A linked tree (fleet-nvswitch's sysfs) is copied, not its link.
+            let src = std::fs::canonicalize(&src).map_err(|e| format!("{}: {e}", src.display()))?;
             std::fs::create_dir_all(work).map_err(|e| format!("{}: {e}", work.display()))?;
             let dst = work.join("sysfs");
             let ok = Command::new("cp")
@@ -281,7 +299,10 @@ fn tree_root(d: &Path, work: &Path, edit: bool) -> Result<PathBuf, String> {
             if ok.success() && dst.join("bus/pci/devices").is_dir() {
                 Ok(dst)
             } else {
-                Err(format!("{} does not unpack to sysfs/bus/pci/devices", tgz.display()))
+                Err(format!(
+                    "{} does not unpack to sysfs/bus/pci/devices",
+                    tgz.display()
+                ))
             }
         }
         None => Err("no sysfs tree (no sysfs/, sysfs.tgz, or bus/pci/devices)".into()),
@@ -317,7 +338,15 @@ fn published(
     args: &[String],
 ) -> Result<(BTreeMap<String, Bdf>, BTreeMap<String, Bdf>, Vec<String>), String> {
     let out = Command::new(p2p_host)
-        .args(["dra", "slices", "--json", "--bind", "--no-nvml", "--node-name", "shape"])
+        .args([
+            "dra",
+            "slices",
+            "--json",
+            "--bind",
+            "--no-nvml",
+            "--node-name",
+            "shape",
+        ])
         .args(args)
         .output()
         .map_err(|e| format!("{}: {e}", p2p_host.display()))?;
