@@ -5,7 +5,8 @@
 #
 #   bash scripts/fleet.sh --trees DIR [--nodes N] [--loads 0.5,0.7,0.9] [--seeds K]
 #                         [--policies vp2p,nvidia,count,oracle] [--pods N] [--json FILE]
-#                         [--work DIR]
+#                         [--templates FILE] [--scheduler-profile FILE] [--work DIR]
+#   bash scripts/fleet.sh --report FILE      # the table of a saved --json again
 #
 # Each subdirectory of DIR is a sysfs tree as --sysfs-root takes it (or holds one in sysfs/ or
 # sysfs.tgz); the ones the fleet cannot use are named with the reason. Builds kube-peers (the
@@ -14,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for a in "$@"; do
-    case "$a" in -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+    case "$a" in -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 done
 # The control plane; an existing build is kept unless tests/kube changed (tests/src/kube.rs).
 if [ ! -x "${CARGO_TARGET_DIR:-target}/kube-peers/kube-peers" ]; then

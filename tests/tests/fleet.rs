@@ -244,3 +244,163 @@ fn a_small_fleet_on_the_real_scheduler_records_every_policy_load_and_size() {
     }
     assert!(stdout.contains("DRA filter timeout (10 s)"), "{stdout}");
 }
+
+/// docs/results' fleet run: the format of its records (one per policy, load,
+/// size and seed, every class key), and goals.txt is what `--report` prints of them.
+#[test]
+fn the_committed_fleet_results_format_holds_every_record_and_goals_txt_is_their_report() {
+    let dir = repo_root().join("docs/results/dev-2vcpu-2026-11-28-fleet");
+    let json = dir.join("fleet.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "vp2p.fleet/1");
+    let records = doc["records"].as_array().unwrap();
+    let mut keys = BTreeSet::new();
+    for r in records {
+        keys.insert((
+            r["policy"].as_str().unwrap().to_string(),
+            r["load"].to_string(),
+            r["vm_gpus"].as_u64().unwrap(),
+            r["seed"].as_u64().unwrap(),
+        ));
+        assert_eq!(r["classes"].as_object().unwrap().len(), 6, "{r}");
+    }
+    assert_eq!(
+        keys.len(),
+        records.len(),
+        "one record per policy, load, size and seed"
+    );
+    assert_eq!(records.len(), 4 * 3 * 3 * 3);
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("--report")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let goals = std::fs::read_to_string(dir.join("goals.txt")).unwrap();
+    assert!(
+        stdout.ends_with(&goals),
+        "goals.txt is not `fleet --report`'s tail:\n{stdout}"
+    );
+}
+
+/// The shipped tiered templates, as docs/kubevirt.md describes them: the
+/// alternatives in order, each but `anywhere` held by its attribute, and in
+/// the four-GPU template each PCIe level's constraint holding every nearer
+/// level of both lists (written out by hand here).
+#[test]
+fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
+    let text = std::fs::read_to_string(
+        repo_root().join("host/kubernetes/dra/claim-templates-tiered.yaml"),
+    )
+    .unwrap();
+    let docs: Vec<Value> = p2p_tests::yaml_documents(&text)
+        .into_iter()
+        .map(|d| serde_json::to_value(d).unwrap())
+        .collect();
+    let names: Vec<&str> = docs
+        .iter()
+        .map(|d| d["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "two-peer-gpus-tiered",
+            "four-peer-gpus-and-nic-tiered",
+            "eight-peer-gpus-tiered"
+        ]
+    );
+    let tiers = [
+        "nvlink",
+        "switch",
+        "switches",
+        "root-complex",
+        "numa-node",
+        "anywhere",
+    ];
+    for (d, count) in docs.iter().zip([2, 4, 8]) {
+        let gpus = &d["spec"]["spec"]["devices"]["requests"][0];
+        let alts: Vec<&str> = gpus["firstAvailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(alts, tiers);
+        assert!(gpus["firstAvailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["count"] == count));
+    }
+    let c = |d: &Value| -> Vec<(Vec<String>, String)> {
+        d["spec"]["spec"]["devices"]["constraints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let r = c["requests"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap().to_string())
+                    .collect();
+                (r, c["matchAttribute"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let a = |s: &str| format!("gpu.vp2p.io/{s}");
+    for d in [&docs[0], &docs[2]] {
+        assert_eq!(
+            c(d),
+            vec![
+                (v(&["gpus/nvlink"]), a("nvlinkDomain")),
+                (v(&["gpus/switch"]), a("cliquePix")),
+                (v(&["gpus/switches"]), a("cliquePxb")),
+                (v(&["gpus/root-complex"]), a("cliquePhb")),
+                (v(&["gpus/numa-node"]), a("cliqueNode")),
+            ]
+        );
+    }
+    assert_eq!(
+        c(&docs[1]),
+        vec![
+            (v(&["gpus/nvlink"]), a("nvlinkDomain")),
+            (v(&["gpus/switch", "nic/switch"]), a("cliquePix")),
+            (
+                v(&["gpus/switch", "gpus/switches", "nic/switch", "nic/switches"]),
+                a("cliquePxb")
+            ),
+            (
+                v(&[
+                    "gpus/switch",
+                    "gpus/switches",
+                    "gpus/root-complex",
+                    "nic/switch",
+                    "nic/switches",
+                    "nic/root-complex"
+                ]),
+                a("cliquePhb")
+            ),
+            (
+                v(&[
+                    "gpus/nvlink",
+                    "gpus/switch",
+                    "gpus/switches",
+                    "gpus/root-complex",
+                    "gpus/numa-node",
+                    "nic/switch",
+                    "nic/switches",
+                    "nic/root-complex",
+                    "nic/numa-node"
+                ]),
+                a("cliqueNode")
+            ),
+        ]
+    );
+}

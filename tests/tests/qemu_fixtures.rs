@@ -74,12 +74,17 @@ fn tables_list_every_pair_once() {
 }
 
 /// QEMU trees whose expectations live with another test: the vfio-user GPU
-/// topology of the injection end-to-end test (tests/tests/e2e_injection.rs), and
-/// the pcie-costs trees of tests/tests/check_pcie_costs.rs.
-const TESTED_ELSEWHERE: [&str; 3] = [
+/// topology of the injection end-to-end test (tests/tests/e2e_injection.rs),
+/// the pcie-costs trees of tests/tests/check_pcie_costs.rs, and the fleet's
+/// 8-GPU shapes (tests/tests/fleet.rs, pairs as boot.sh lays them out; the
+/// eight-gpu tree also in tests/tests/kube_dra.rs).
+const TESTED_ELSEWHERE: [&str; 6] = [
     "qemu-11.1-vfio-user-gpus",
     "qemu-11.1-pcie-costs-iommu-on",
     "qemu-11.1-pcie-costs-iommu-off",
+    "qemu-11.1-eight-gpu-iommu-on",
+    "qemu-11.1-switch-pairs-iommu-on",
+    "qemu-11.1-root-ports-iommu-on",
 ];
 
 #[test]

@@ -43,6 +43,11 @@ struct Args {
     /// top level, e.g. docs/examples/fleet-scheduler-profile.yaml); default: its defaults.
     #[arg(long, value_name = "FILE")]
     scheduler_profile: Option<PathBuf>,
+    /// The vp2p policy's claim templates: a file holding ResourceClaimTemplates
+    /// named two-peer-gpus-tiered, four-peer-gpus-and-nic-tiered and
+    /// eight-peer-gpus-tiered (default: the shipped host/kubernetes/dra/claim-templates-tiered.yaml).
+    #[arg(long, value_name = "FILE")]
+    templates: Option<PathBuf>,
     /// Print the table and goals of a saved `--json` FILE again, and run nothing.
     #[arg(long, value_name = "FILE", conflicts_with = "json")]
     report: Option<PathBuf>,
@@ -100,6 +105,10 @@ fn main() -> anyhow::Result<()> {
         pods: a.pods,
         work: work.clone(),
         repo: p2p_tests::repo_root(),
+        vp2p_templates: a
+            .templates
+            .clone()
+            .unwrap_or_else(|| p2p_tests::repo_root().join(fleet::policy::TIERED)),
         p2p_host,
         kubeconfig: cp.as_ref().map(|c| c.kubeconfig()).unwrap_or_default(),
     };

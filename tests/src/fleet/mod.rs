@@ -48,6 +48,8 @@ pub struct FleetConfig {
     pub repo: PathBuf,
     /// `p2p-host`.
     pub p2p_host: PathBuf,
+    /// The vp2p policy's claim templates ([`policy::TIERED`] unless `--templates`).
+    pub vp2p_templates: PathBuf,
     /// The admin kubeconfig of a running control plane.
     pub kubeconfig: PathBuf,
 }
@@ -166,7 +168,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 );
                 for &p in &kube_policies {
                     let classes = policy::device_classes(&cfg.repo)?;
-                    let tmpl = policy::templates(p, &cfg.repo, &ns)?;
+                    let tmpl = policy::templates(p, &cfg.vp2p_templates, &ns)?;
                     cl.apply_classes_and_templates(&classes, &tmpl).await?;
                     let started = Instant::now();
                     let (vms, snaps, submitted) = run_policy(

@@ -90,13 +90,15 @@ pub fn device_classes(repo: &Path) -> Result<Vec<Value>, String> {
     Ok(out)
 }
 
-/// Every ResourceClaimTemplate of `policy` (none for the oracle), in `ns`.
-pub fn templates(policy: Policy, repo: &Path, ns: &str) -> Result<Vec<Value>, String> {
+/// The shipped tiered templates, vp2p's claims unless a run names others.
+pub const TIERED: &str = "host/kubernetes/dra/claim-templates-tiered.yaml";
+
+/// Every ResourceClaimTemplate of `policy` (none for the oracle), in `ns`;
+/// vp2p's from `vp2p_file` (the three names of [`Policy::template_name`]).
+pub fn templates(policy: Policy, vp2p_file: &Path, ns: &str) -> Result<Vec<Value>, String> {
     let mut out = match policy {
         Policy::Oracle => Vec::new(),
-        Policy::Vp2p => {
-            yaml_documents(&repo.join("host/kubernetes/dra/claim-templates-tiered.yaml"))?
-        }
+        Policy::Vp2p => yaml_documents(vp2p_file)?,
         Policy::Nvidia | Policy::Count => [2u8, 4, 8]
             .into_iter()
             .map(|n| generated(policy, n, n == 4))
