@@ -330,13 +330,24 @@ fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
             .iter()
             .map(|a| a["name"].as_str().unwrap())
             .collect();
-        assert_eq!(alts, tiers);
+        // Two GPUs ask first for a switch pair on GPUs without NVLink.
+        let want: Vec<&str> = if count == 2 {
+            ["switch-no-nvlink"].into_iter().chain(tiers).collect()
+        } else {
+            tiers.to_vec()
+        };
+        assert_eq!(alts, want);
         assert!(gpus["firstAvailable"]
             .as_array()
             .unwrap()
             .iter()
             .all(|a| a["count"] == count));
     }
+    let first = &docs[0]["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"][0];
+    assert_eq!(
+        first["selectors"][0]["cel"]["expression"],
+        "!has(device.attributes[\"gpu.vp2p.io\"].nvlinkDomain)"
+    );
     let c = |d: &Value| -> Vec<(Vec<String>, String)> {
         d["spec"]["spec"]["devices"]["constraints"]
             .as_array()
@@ -355,18 +366,17 @@ fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
     };
     let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let a = |s: &str| format!("gpu.vp2p.io/{s}");
-    for d in [&docs[0], &docs[2]] {
-        assert_eq!(
-            c(d),
-            vec![
-                (v(&["gpus/nvlink"]), a("nvlinkDomain")),
-                (v(&["gpus/switch"]), a("cliquePix")),
-                (v(&["gpus/switches"]), a("cliquePxb")),
-                (v(&["gpus/root-complex"]), a("cliquePhb")),
-                (v(&["gpus/numa-node"]), a("cliqueNode")),
-            ]
-        );
-    }
+    let levels = vec![
+        (v(&["gpus/nvlink"]), a("nvlinkDomain")),
+        (v(&["gpus/switch"]), a("cliquePix")),
+        (v(&["gpus/switches"]), a("cliquePxb")),
+        (v(&["gpus/root-complex"]), a("cliquePhb")),
+        (v(&["gpus/numa-node"]), a("cliqueNode")),
+    ];
+    let mut two = vec![(v(&["gpus/switch-no-nvlink"]), a("cliquePix"))];
+    two.extend(levels.iter().cloned());
+    assert_eq!(c(&docs[0]), two);
+    assert_eq!(c(&docs[2]), levels);
     assert_eq!(
         c(&docs[1]),
         vec![
