@@ -20,9 +20,8 @@ fn shapes() -> (Vec<Shape>, Vec<(String, String)>) {
         &binary("p2p-host"),
     )
     .unwrap();
-    // The staged copies must outlive the test's use of the shapes' roots:
-    // only the classes are used below, computed during discovery.
-    std::mem::forget(work);
+    // The staged copies go with `work`: the tests use only the classes,
+    // computed during discovery.
     let (mut usable, mut skipped) = (Vec::new(), Vec::new());
     for t in found {
         match t {

@@ -149,11 +149,11 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
             rt.block_on(async {
                 let ns = format!("fleet-seed-{seed}");
                 let mut cl = Cluster::connect(&cfg.kubeconfig, &ns).await?;
-                reset_nodes(&cl).await?;
+                cl.delete_fleet_nodes().await?;
                 let mut node_objects = Vec::new();
                 for (i, s) in nodes.iter().enumerate() {
                     let name = format!("s{seed}-node-{i:03}");
-                    let mut slices = node_slices(&cfg.p2p_host, s, &name)?;
+                    let (mut slices, _) = trees::slices(&cfg.p2p_host, &s.slice_args, &name)?;
                     let cut = policy::nvidia_cut(&slices, &name);
                     slices.extend(cut);
                     node_objects.push((name, slices));
@@ -189,7 +189,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                         submitted as f64 / secs
                     );
                 }
-                reset_nodes(&cl).await?;
+                cl.delete_fleet_nodes().await?;
                 Ok::<(), String>(())
             })?;
         }
@@ -263,41 +263,6 @@ fn oracle_results(nodes: &[&Shape], placed: &[Placed], rejected: &[Vm]) -> Vec<V
     all.into_iter().map(|(_, v)| v).collect()
 }
 
-/// Deletes every fleet node and every ResourceSlice, and waits until they are gone.
-async fn reset_nodes(cl: &Cluster) -> Result<(), String> {
-    cl.delete_fleet_nodes().await
-}
-
-/// What `p2p-host dra slices --json --bind` prints for `shape` as node `name`.
-fn node_slices(
-    p2p_host: &std::path::Path,
-    shape: &Shape,
-    name: &str,
-) -> Result<Vec<Value>, String> {
-    let out = std::process::Command::new(p2p_host)
-        .args([
-            "dra",
-            "slices",
-            "--json",
-            "--bind",
-            "--no-nvml",
-            "--node-name",
-            name,
-        ])
-        .args(&shape.slice_args)
-        .output()
-        .map_err(|e| format!("{}: {e}", p2p_host.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "p2p-host dra slices for {}: {}",
-            shape.name,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let list: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    Ok(list["items"].as_array().cloned().unwrap_or_default())
-}
-
 /// One policy's run over `stream`: each VM's result in arrival order, the
 /// (load, VMs so far) snapshots, and the pods submitted.
 #[allow(clippy::too_many_arguments)]
@@ -352,9 +317,7 @@ async fn run_policy(
                     .get(&node)
                     .map(|&i| nodes[i])
                     .ok_or_else(|| format!("pod {name} bound to {node}, not a fleet node"))?;
-                let g: Vec<&str> = gpus.iter().map(String::as_str).collect();
-                let worst = shape.worst(&g);
-                let nic_class = nic.as_deref().map(|n| shape.nic_class(&g, n));
+                let (worst, nic_class) = shape.vm_classes(&gpus, nic.as_deref());
                 taken += vm.gpus as usize;
                 live.push((name.clone(), vm.gpus as usize));
                 VmResult {

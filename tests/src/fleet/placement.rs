@@ -27,11 +27,7 @@ pub struct Placed {
 impl Placed {
     /// The worst class among its GPUs, and between its GPUs and its NIC.
     pub fn classes(&self, shape: &Shape) -> (Class, Option<Class>) {
-        let g: Vec<&str> = self.gpus.iter().map(String::as_str).collect();
-        (
-            shape.worst(&g),
-            self.nic.as_deref().map(|n| shape.nic_class(&g, n)),
-        )
+        shape.vm_classes(&self.gpus, self.nic.as_deref())
     }
 }
 

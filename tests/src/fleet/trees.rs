@@ -125,6 +125,13 @@ impl Shape {
         worst
     }
 
+    /// What a VM of `gpus` (and `nic`) got: the worst class among its GPUs,
+    /// and between its GPUs and its NIC.
+    pub fn vm_classes(&self, gpus: &[String], nic: Option<&str>) -> (Class, Option<Class>) {
+        let g: Vec<&str> = gpus.iter().map(String::as_str).collect();
+        (self.worst(&g), nic.map(|n| self.nic_class(&g, n)))
+    }
+
     /// The worst class between `nic` and any of `gpus`.
     pub fn nic_class(&self, gpus: &[&str], nic: &str) -> Class {
         gpus.iter()
@@ -330,13 +337,13 @@ fn listed_gpus(d: &Path) -> Result<Option<Vec<Bdf>>, String> {
         .map(Some)
 }
 
-/// Published GPUs and NICs (name -> address) and the left-out lines of
-/// `p2p-host dra slices --json --bind` for a placeholder node.
-#[allow(clippy::type_complexity)]
-fn published(
+/// The ResourceSlices `p2p-host dra slices --json --bind` prints for the
+/// tree `args` name, as node `node`, and its stderr (the left-out lines).
+pub fn slices(
     p2p_host: &Path,
     args: &[String],
-) -> Result<(BTreeMap<String, Bdf>, BTreeMap<String, Bdf>, Vec<String>), String> {
+    node: &str,
+) -> Result<(Vec<Value>, String), String> {
     let out = Command::new(p2p_host)
         .args([
             "dra",
@@ -345,18 +352,32 @@ fn published(
             "--bind",
             "--no-nvml",
             "--node-name",
-            "shape",
+            node,
         ])
         .args(args)
         .output()
         .map_err(|e| format!("{}: {e}", p2p_host.display()))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
         return Err(format!("p2p-host dra slices failed: {}", stderr.trim()));
     }
     let list: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    Ok((
+        list["items"].as_array().cloned().unwrap_or_default(),
+        stderr,
+    ))
+}
+
+/// Published GPUs and NICs (name -> address) and the left-out lines of
+/// [`slices`] for a placeholder node.
+#[allow(clippy::type_complexity)]
+fn published(
+    p2p_host: &Path,
+    args: &[String],
+) -> Result<(BTreeMap<String, Bdf>, BTreeMap<String, Bdf>, Vec<String>), String> {
+    let (items, stderr) = slices(p2p_host, args, "shape")?;
     let (mut gpus, mut nics) = (BTreeMap::new(), BTreeMap::new());
-    for slice in list["items"].as_array().into_iter().flatten() {
+    for slice in &items {
         for d in slice["spec"]["devices"].as_array().into_iter().flatten() {
             let name = d["name"].as_str().unwrap_or_default().to_string();
             let attrs = &d["attributes"];
