@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the config-space walkers or the P2P capability decoder of p2p-shared, or the
+# Fuzz the config-space walkers or the P2P capability decoder of p2p-topology, or the
 # overlay's read/write sequences and the vfio-user server of p2p-host.
 #
 #   scripts/fuzz.sh walkers 600           # seed, then fuzz the walkers for 600 s

@@ -18,8 +18,8 @@ use p2p_host::sysfs::SysfsReader;
 use p2p_host_kube::device_plugin::api::*;
 use p2p_host_kube::device_plugin::{self, Inventory, Policy, Selector};
 use p2p_host_kube::grpc::MAX_MESSAGE;
-use p2p_shared::classify::PathClass;
-use p2p_shared::clique::MaxLevel;
+use p2p_topology::classify::PathClass;
+use p2p_allocation::clique::MaxLevel;
 use prost::Message;
 use tokio_stream::StreamExt;
 use tonic::{Request, Status};
@@ -40,7 +40,7 @@ fn target() -> &'static Target {
         };
         let make = |policy: Policy| {
             let reader =
-                std::sync::Arc::new(SysfsReader::pci_only(p2p_shared::GpuSelector::Nvidia));
+                std::sync::Arc::new(SysfsReader::pci_only(p2p_topology::GpuSelector::Nvidia));
             let inv = Inventory::discover(reader, &tree, "vp2p.io/nvme", selector)
                 .unwrap()
                 .with_policy(policy);

@@ -27,9 +27,9 @@ use p2p_host_kube::dra_driver::checkpoint::Checkpoint;
 use p2p_host_kube::dra_driver::server::DraService;
 use p2p_host_kube::dra_driver::{ClaimRef, ClaimSource, Driver, Settings};
 use p2p_host_kube::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1, MAX_MESSAGE};
-use p2p_shared::dra::claim::ResourceClaim;
-use p2p_shared::select::ClassPrefix;
-use p2p_shared::GpuSelector;
+use p2p_allocation::dra::claim::ResourceClaim;
+use p2p_topology::select::ClassPrefix;
+use p2p_topology::GpuSelector;
 use prost::Message;
 use tonic::{Request, Status};
 

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use p2p_host::overlay::{ConfigOverlay, OverlayOptions};
-use p2p_shared::Clique;
+use p2p_topology::Clique;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 2 + 256 {

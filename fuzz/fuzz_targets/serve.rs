@@ -19,7 +19,7 @@ use libfuzzer_sys::fuzz_target;
 use p2p_host::overlay::OverlayOptions;
 use p2p_host::serve::wire::{Header, FLAG_NO_REPLY, HEADER_LEN, TYPE_MASK, TYPE_REPLY};
 use p2p_host::serve::{self, CaptureFiles, CapturedGpu, ServeEvent, ServedGpu};
-use p2p_shared::Clique;
+use p2p_topology::Clique;
 
 struct Server {
     socket: PathBuf,

@@ -3,7 +3,7 @@
 //! Shared by the `capability` fuzz target and by `shared/tests/capability.rs`,
 //! which includes this file with `#[path]`.
 
-use p2p_shared::capability::{
+use p2p_topology::capability::{
     CapabilityError, P2pCapability, MAX_CLIQUE, P2P_CAP_LEN, P2P_SIGNATURE, P2P_VERSION,
     VENDOR_SPECIFIC_ID,
 };

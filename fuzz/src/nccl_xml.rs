@@ -1,16 +1,16 @@
 //! NCCL's loader rules and the NCCL topology XML reader
-//! (`p2p_shared::nccl_rules::parse`) on any text, then NCCL's model over what it read, as `p2p-guest nccl-topo explain --file F`
+//! (`p2p_nccl::parse`) on any text, then NCCL's model over what it read, as `p2p-guest nccl-topo explain --file F`
 //! runs it outside a VM. The invariants: no panic and no stack overflow; an
 //! error names a line of the text and quotes at most short prefixes of it; a
 //! tree that is read nests no deeper than `MAX_PCI_DEPTH`.
 
-use p2p_shared::nccl_rules::{self, xml::XmlPci, CpuIdentity, DriverP2p, Graph, NcclEnv};
-use p2p_shared::nccl_rules::loader::{self, LoaderContext};
-use p2p_shared::nccl_rules::{VmFacts, VmFunction};
-use p2p_shared::nccl_topo::MAX_PCI_DEPTH;
+use p2p_nccl::{xml::XmlPci, CpuIdentity, DriverP2p, Graph, NcclEnv};
+use p2p_nccl::loader::{self, LoaderContext};
+use p2p_nccl::{VmFacts, VmFunction};
+use p2p_topology::nccl_topo::MAX_PCI_DEPTH;
 
 /// The longest error message the reader may write: a few short quotes
-/// (`p2p_shared::excerpt::QUOTE_MAX` characters each) and the words around them.
+/// (`p2p_topology::excerpt::QUOTE_MAX` characters each) and the words around them.
 pub const MESSAGE_MAX: usize = 600;
 
 fn depth(p: &[XmlPci]) -> usize {
@@ -25,7 +25,7 @@ fn depth(p: &[XmlPci]) -> usize {
     deepest
 }
 
-/// NCCL's loader rules (`p2p_shared::nccl_rules::loader`) on the text, as
+/// NCCL's loader rules (`p2p_nccl::loader`) on the text, as
 /// explain runs them outside a VM: every refusal names a line of the text
 /// and quotes it short.
 fn check_loader(text: &str) -> Result<(), String> {
@@ -58,7 +58,7 @@ fn check_loader(text: &str) -> Result<(), String> {
 pub fn check(data: &[u8]) -> Result<(), String> {
     let text = String::from_utf8_lossy(data);
     check_loader(&text)?;
-    let xml = match nccl_rules::parse(&text) {
+    let xml = match p2p_nccl::parse(&text) {
         Ok(xml) => xml,
         Err(e) => {
             let lines = text.lines().count().max(1);
@@ -104,8 +104,8 @@ pub fn check(data: &[u8]) -> Result<(), String> {
         nics: Vec::new(),
         nvlinks: None,
     };
-    let eff = nccl_rules::effective(Some(&xml), &vm);
+    let eff = p2p_nccl::effective(Some(&xml), &vm);
     let graph = Graph::build(&eff.xml);
-    nccl_rules::predict(&graph, &NcclEnv::default(), &order, &|_, _| DriverP2p::Allowed);
+    p2p_nccl::predict(&graph, &NcclEnv::default(), &order, &|_, _| DriverP2p::Allowed);
     Ok(())
 }

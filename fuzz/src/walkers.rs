@@ -3,9 +3,9 @@
 //! Shared by the `walkers` fuzz target and by the walker property tests
 //! (`shared/tests/walker_gen/mod.rs`, used by `shared/tests/walker*.rs`), which
 //! include this file with `#[path]`, so the property tests and the fuzzer check one
-//! list of invariants. Only `p2p_shared` and std are used here.
+//! list of invariants. Only `p2p_topology` and std are used here.
 
-use p2p_shared::pci::{
+use p2p_topology::pci::{
     AcsFlags, CapabilityEntry, ConfigError, ConfigSpace, ExtCapabilityEntry, LenSource,
     PciePortType, WalkError, CONFIG_EXTENDED_LEN as EXT, CONFIG_HEADER_LEN as HDR,
     CONFIG_LEGACY_LEN as LEGACY,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::probe::sysfs::{CapabilityState, GuestGpu};
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 
 /// What to do with a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -256,7 +256,7 @@ fn describe(c: &CapabilityState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p2p_shared::Clique;
+    use p2p_topology::Clique;
 
     fn gpu(addr: &str, cap: CapabilityState) -> GuestGpu {
         GuestGpu {

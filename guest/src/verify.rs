@@ -10,8 +10,8 @@
 //! on the copy machinery they share: [`crate::cuda::rig`] and
 //! [`crate::transfer`].
 
-use p2p_shared::report::bench::Mode;
-use p2p_shared::{Bdf, ByteSize, GpuIndex};
+use p2p_report::bench::Mode;
+use p2p_topology::{Bdf, ByteSize, GpuIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::cuda::memory::DeviceBuffer;

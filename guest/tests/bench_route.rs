@@ -10,7 +10,7 @@ use std::process::Command;
 use p2p_guest::bench::host_plan::HostRoutes;
 use p2p_guest::bench::{route_of, route_with_host};
 use p2p_guest::probe::{probe, ProbeOptions};
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/qemu-11.1-vfio-user-gpus")

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use p2p_guest::nccl_topo::loader::loader_refusals;
-use p2p_shared::nccl_rules::CpuIdentity;
+use p2p_nccl::CpuIdentity;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -216,11 +216,11 @@ fn files_nccl_accepted_are_not_refused() {
     files.push(repo().join("docs/results/h200x4-2026-11-28-confirm-topo/nccl-topo-dump.xml"));
     assert!(files.len() >= 10, "{files:?}");
     let gpus = ["0000:00:06.0", "0000:00:07.0"].map(|b| b.parse().unwrap());
-    let facts = p2p_shared::nccl_rules::VmFacts {
+    let facts = p2p_nccl::VmFacts {
         cpu: cpu.clone(),
         gpus: gpus
             .iter()
-            .map(|&busid| p2p_shared::nccl_rules::VmFunction {
+            .map(|&busid| p2p_nccl::VmFunction {
                 busid,
                 class: 0x030200,
                 numa: -1,
@@ -229,7 +229,7 @@ fn files_nccl_accepted_are_not_refused() {
                 link_width: None,
             })
             .collect(),
-        nics: vec![p2p_shared::nccl_rules::VmNic {
+        nics: vec![p2p_nccl::VmNic {
             name: "eth0".into(),
             function: None,
             speed_mbps: 10_000,

@@ -10,8 +10,8 @@ use p2p_guest::compare::{compare, svg};
 use p2p_guest::decide::{decide, gpu_flags, PairFacts, Verdict};
 use p2p_guest::probe::report::{ProbeGpu, ProbeReport};
 use p2p_guest::probe::sysfs::GuestGpu;
-use p2p_shared::report::bench::{BenchReport, Direction, Mode, Stats, BENCH_SCHEMA, GB};
-use p2p_shared::GpuIndex;
+use p2p_report::bench::{BenchReport, Direction, Mode, Stats, BENCH_SCHEMA, GB};
+use p2p_topology::GpuIndex;
 
 fn results_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/results/h200x2-2026-11-22")
@@ -186,7 +186,7 @@ fn matrices_fall_back_to_the_largest_size_measured_and_say_so() {
         .unwrap();
     let want = format!(
         "ce: latency per copy (us) at {} (smallest measured; 16 B was not)",
-        p2p_shared::ByteSize(smallest)
+        p2p_topology::ByteSize(smallest)
     );
     assert!(text.contains(&want), "{want}\n{text}");
 }

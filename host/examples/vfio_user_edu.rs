@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use p2p_shared::capability::P2pCapability;
+use p2p_topology::capability::P2pCapability;
 use vfio_user::Client;
 
 const IOVA: u64 = 0x100_0000; // edu masks DMA addresses to 28 bits

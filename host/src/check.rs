@@ -8,11 +8,11 @@ use std::fs;
 use std::path::Path;
 
 use kvm_ioctls::{Cap, Kvm};
-use p2p_shared::check::{BarFacts, HostFacts, KvmFacts};
-use p2p_shared::pci::ConfigSpace;
-use p2p_shared::pcie_cost::PcieFacts;
-use p2p_shared::report::AtsEntry;
-use p2p_shared::{Bdf, Topology};
+use p2p_report::AtsEntry;
+use p2p_topology::check::{BarFacts, HostFacts, KvmFacts};
+use p2p_topology::pci::ConfigSpace;
+use p2p_topology::pcie_cost::PcieFacts;
+use p2p_topology::{Bdf, Topology};
 
 use crate::sysfs::SysfsRoot;
 
@@ -222,7 +222,7 @@ pub fn ats_entry(root: &SysfsRoot, bdf: Bdf) -> AtsEntry {
 /// and in a VM a trap to the VMM, so reading the whole 4 KiB for one
 /// capability costs 1,024 of them where this costs a handful.
 fn extended_capability_walk(path: &Path) -> std::io::Result<Vec<u8>> {
-    use p2p_shared::pci::{CONFIG_EXTENDED_LEN, CONFIG_LEGACY_LEN};
+    use p2p_topology::pci::{CONFIG_EXTENDED_LEN, CONFIG_LEGACY_LEN};
     use std::os::unix::fs::FileExt;
     let file = fs::File::open(path)?;
     let dword = |off: usize| -> std::io::Result<[u8; 4]> {
@@ -233,7 +233,7 @@ fn extended_capability_walk(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut image = vec![0u8; CONFIG_EXTENDED_LEN];
     image[..4].copy_from_slice(&dword(0)?);
     if (file.metadata()?.len() as usize) < CONFIG_EXTENDED_LEN {
-        image.truncate(p2p_shared::pci::CONFIG_HEADER_LEN);
+        image.truncate(p2p_topology::pci::CONFIG_HEADER_LEN);
         return Ok(image);
     }
     let mut seen = [false; CONFIG_EXTENDED_LEN / 4];
@@ -246,7 +246,7 @@ fn extended_capability_walk(path: &Path) -> std::io::Result<Vec<u8>> {
         if header == 0 || header == u32::MAX {
             break;
         }
-        if header & 0xffff == u32::from(p2p_shared::pci::ext_cap_id::ATS)
+        if header & 0xffff == u32::from(p2p_topology::pci::ext_cap_id::ATS)
             && at + 8 <= CONFIG_EXTENDED_LEN
         {
             image[at + 4..at + 8].copy_from_slice(&dword(at + 4)?);
@@ -259,10 +259,10 @@ fn extended_capability_walk(path: &Path) -> std::io::Result<Vec<u8>> {
 /// Whether `p2p-host serve --gpu ...,vfio=BDF` can serve `bdf` (the
 /// `serve-vfio` finding of `check --serve-vfio`): it is bound to vfio-pci and
 /// its IOMMU group is viable by the kernel's rule
-/// ([`p2p_shared::iommu_groups::leaves_group_viable`], the DRA driver's too).
-pub fn serve_vfio_item(root: &SysfsRoot, bdf: Bdf) -> p2p_shared::check::CheckItem {
+/// ([`p2p_topology::iommu_groups::leaves_group_viable`], the DRA driver's too).
+pub fn serve_vfio_item(root: &SysfsRoot, bdf: Bdf) -> p2p_topology::check::CheckItem {
     use crate::serve::vfio::GroupMembers;
-    use p2p_shared::check::{CheckItem, Verdict};
+    use p2p_topology::check::{CheckItem, Verdict};
     let found = GroupMembers::read(root.path(), bdf).and_then(|g| g.check(bdf).map(|()| g));
     let (verdict, evidence, fix) = match found {
         Ok(g) => (

@@ -12,9 +12,9 @@ use std::ffi::OsStr;
 
 use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus};
 use nvml_wrapper::Nvml;
-use p2p_shared::select::{Role, NVIDIA_VENDOR};
-use p2p_shared::topology::{NvLink, NvLinkSource, Topology};
-use p2p_shared::{Bdf, GpuSelector};
+use p2p_topology::select::{Role, NVIDIA_VENDOR};
+use p2p_topology::topology::{NvLink, NvLinkSource, Topology};
+use p2p_topology::{Bdf, GpuSelector};
 use serde::Deserialize;
 
 /// Why an NVLink map could not be used.
@@ -164,7 +164,7 @@ pub fn read_map(path: &Path, gpus: &[Bdf]) -> Result<Vec<NvLink>, NvLinkError> {
     };
     let text = fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
     let file: MapFile =
-        serde_json::from_str(&text).map_err(|e| err(p2p_shared::excerpt::json_error(&e)))?;
+        serde_json::from_str(&text).map_err(|e| err(p2p_topology::excerpt::json_error(&e)))?;
     let mut out: Vec<NvLink> = Vec::new();
     for (i, l) in file.links.iter().enumerate() {
         let parse = |s: &str| -> Result<Bdf, NvLinkError> {

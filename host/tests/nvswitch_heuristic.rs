@@ -5,10 +5,10 @@
 //! guessed; with more GPUs than one board holds it says it is likely wrong.
 
 use p2p_host::nvlink::{discover, NvLinkOptions};
-use p2p_shared::pci::PciePortType;
-use p2p_shared::report::TopoReport;
-use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, NvLinkSource, PciFunction, Topology};
-use p2p_shared::{Bdf, GpuSelector, PathClass};
+use p2p_report::TopoReport;
+use p2p_topology::pci::PciePortType;
+use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, NvLinkSource, PciFunction, Topology};
+use p2p_topology::{Bdf, GpuSelector, PathClass};
 
 fn function(bdf: Bdf, class: u32, device: u16) -> PciFunction {
     PciFunction {

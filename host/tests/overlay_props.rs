@@ -3,8 +3,8 @@
 //! random dword offsets, linked in a random order, noise everywhere else).
 
 use p2p_host::overlay::{ConfigOverlay, OverlayError, OverlayOptions, PhysicalConfig};
-use p2p_shared::pci::{CapabilityEntry, ConfigSpace};
-use p2p_shared::{Clique, P2pCapability};
+use p2p_topology::pci::{CapabilityEntry, ConfigSpace};
+use p2p_topology::{Clique, P2pCapability};
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use std::sync::atomic::{AtomicUsize, Ordering};

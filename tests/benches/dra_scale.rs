@@ -8,16 +8,16 @@
 //!     cargo bench -p p2p-tests --bench dra_scale
 //!
 //! It runs from the tests crate because the property's allocator model lives
-//! there (tests/src/dra_model.rs). The hosts are p2p-shared's chooser bench's
+//! there (tests/src/dra_model.rs). The hosts are p2p-allocation's chooser bench's
 //! (shared/benches/common/hgx.rs). Runs: `VP2P_BENCH_RUNS` (default 50).
 
 use std::time::{Duration, Instant};
 
-use p2p_shared::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
-use p2p_shared::GpuSelector;
+use p2p_allocation::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
 use p2p_tests::dra_model::verify_cliques;
+use p2p_topology::GpuSelector;
 
-#[path = "../../shared/benches/common/hgx.rs"]
+#[path = "../../shared/allocation/benches/common/hgx.rs"]
 mod hgx;
 
 fn median_worst(mut times: Vec<Duration>) -> (Duration, Duration) {

@@ -18,18 +18,18 @@
 //! The property, on a publication: two devices have equal `clique<L>`
 //! exactly when their PCIe class is within L, two GPUs share a clique
 //! attribute, `nvlinkDomain` or an `fmPartition<N>` exactly when the chooser
-//! allows them at L ([`p2p_shared::chooser::pair_allowed`]), and the
+//! allows them at L ([`p2p_allocation::chooser::pair_allowed`]), and the
 //! allocations of N one-device GPU requests under `matchAttribute:
 //! clique<L>` are exactly the sets of N published GPUs that are one clique
 //! at L.
 
 use std::collections::BTreeSet;
 
-use p2p_shared::chooser::{pair_allowed, FmPartition};
-use p2p_shared::classify;
-use p2p_shared::clique::MaxLevel;
-use p2p_shared::dra::{Device, DeviceKind, Publication, CLIQUE_ATTRIBUTES, PCI_BUS_ID};
-use p2p_shared::{Bdf, Topology};
+use p2p_allocation::chooser::{pair_allowed, FmPartition};
+use p2p_allocation::clique::MaxLevel;
+use p2p_allocation::dra::{Device, DeviceKind, Publication, CLIQUE_ATTRIBUTES, PCI_BUS_ID};
+use p2p_topology::classify;
+use p2p_topology::{Bdf, Topology};
 
 /// One claim: how many one-device requests of each kind, and the attribute
 /// every allocated device must share (fully qualified, `domain/id`).

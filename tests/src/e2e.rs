@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use p2p_shared::report::PlanReport;
+use p2p_report::PlanReport;
 
 use crate::qemu::{require_setup, script, Booted, QemuSetup, SETUP_HINT};
 use crate::{fixture_dir, repo_root};

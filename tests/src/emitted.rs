@@ -2,8 +2,8 @@
 //! every GPU per VM block, for QEMU arguments, Cloud Hypervisor arguments and
 //! libvirt XML, to compare with the JSON plan.
 
-use p2p_shared::report::PlanReport;
-use p2p_shared::Bdf;
+use p2p_report::PlanReport;
+use p2p_topology::Bdf;
 
 /// The plan each `--emit` format must carry: per VM, (host address, clique).
 pub fn planned(report: &PlanReport) -> Vec<Vec<(Bdf, u8)>> {

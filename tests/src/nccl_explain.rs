@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use p2p_shared::nccl_rules::{
-    self, effective, CpuIdentity, DriverP2p, Graph, NcclEnv, PathType, Prediction, Transport,
-    VmFacts, VmFunction,
+use p2p_nccl::{
+    effective, CpuIdentity, DriverP2p, Graph, NcclEnv, PathType, Prediction, Transport, VmFacts,
+    VmFunction,
 };
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 
 use crate::{binary, fixture_dir};
 
@@ -66,11 +66,11 @@ pub fn env(vars: &[(&str, &str)]) -> NcclEnv {
 
 /// NCCL's verdicts on `file` (None: no file) in `vm`, the driver answering `driver` for every pair.
 pub fn run(file: Option<&str>, vm: &VmFacts, e: &NcclEnv, driver: DriverP2p) -> Prediction {
-    let xml = file.map(|t| nccl_rules::parse(t).expect("test file parses"));
+    let xml = file.map(|t| p2p_nccl::parse(t).expect("test file parses"));
     let eff = effective(xml.as_ref(), vm);
     let g = Graph::build(&eff.xml);
     let order: Vec<Bdf> = vm.gpus.iter().map(|g| g.busid).collect();
-    nccl_rules::predict(&g, e, &order, &|_, _| driver)
+    p2p_nccl::predict(&g, e, &order, &|_, _| driver)
 }
 
 /// The path and transport of the pair `a`-`c`, either order.

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use p2p_host::nvlink::{self, NvLinkOptions};
 use p2p_host::sysfs::{scan, SysfsRoot};
-use p2p_shared::report::TopoReport;
-use p2p_shared::{GpuSelector, Topology};
+use p2p_report::TopoReport;
+use p2p_topology::{GpuSelector, Topology};
 
 use crate::repo_root;
 
@@ -292,7 +292,7 @@ pub fn scan_capture(dir: &Path) -> (Topology, TopoReport) {
         &topo,
         &selector,
         &root.path().display().to_string(),
-        p2p_shared::report::NicRows::AllNetwork,
+        p2p_report::NicRows::AllNetwork,
     );
     (topo, report)
 }

@@ -7,8 +7,8 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use p2p_host::sysfs::{scan, ScanError, SysfsRoot};
-use p2p_shared::topology::AcsState;
 use p2p_tests::{run, unpack_fixture};
+use p2p_topology::topology::AcsState;
 
 const GPU0: &str = "devices/pci0000:00/0000:00:06.0";
 
@@ -86,7 +86,7 @@ fn missing_and_garbled_attributes() {
         e.to_string(),
         format!("{}: {garbled}", tree.join(GPU0).join("class").display())
     );
-    // The guest reads the same attribute in the same words (p2p_shared::hex).
+    // The guest reads the same attribute in the same words (p2p_topology::hex).
     let root = tree.to_str().unwrap();
     for args in [
         &["probe", "--no-driver", "--sysfs-root", root][..],

@@ -15,8 +15,8 @@
 use std::path::PathBuf;
 
 use p2p_guest::bench::host_plan::{route_name, HostPlanError, HostRoutes};
-use p2p_shared::{Bdf, PeerRoute};
 use p2p_tests::{fixture_dir, repo_root, run};
+use p2p_topology::{Bdf, PeerRoute};
 use serde_json::Value;
 
 const TREE: &str = "tests/fixtures/qemu-11.1-pcie-costs-iommu-on";

@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
+use p2p_allocation::chooser::{choose, Choice, ChooseError, Request};
+use p2p_allocation::clique::MaxLevel;
 use p2p_host::nvlink::{self, NvLinkOptions};
 use p2p_host::sysfs::{self, SysfsRoot};
-use p2p_shared::chooser::{choose, Choice, ChooseError, Request};
-use p2p_shared::clique::MaxLevel;
-use p2p_shared::{Bdf, GpuSelector, PathClass, Role, Topology};
 use p2p_tests::{fixture_dir, run, unpack_fixture};
+use p2p_topology::{Bdf, GpuSelector, PathClass, Role, Topology};
 use serde_json::Value;
 
 fn nvme() -> GpuSelector {

@@ -123,7 +123,14 @@ fn rustc_host() -> String {
 #[test]
 fn only_the_binary_links_the_kubernetes_edge() {
     let g = Graph::load();
-    for lib in ["p2p-host", "p2p-shared", "p2p-guest"] {
+    for lib in [
+        "p2p-host",
+        "p2p-topology",
+        "p2p-nccl",
+        "p2p-allocation",
+        "p2p-report",
+        "p2p-guest",
+    ] {
         let linked = g.linked(lib);
         let edge: Vec<&&str> = EDGE_CRATES
             .iter()
@@ -140,7 +147,7 @@ fn only_the_binary_links_the_kubernetes_edge() {
         );
     }
     // The edge itself brings them (so the check above can fail), and reads
-    // the host through p2p-shared's trait, not through the library.
+    // the host through p2p-topology's trait, not through the library.
     let kube = g.linked("p2p-host-kube");
     for c in ["tokio", "tonic", "kube", "k8s-openapi"] {
         assert!(kube.contains(c), "p2p-host-kube does not link {c}");
@@ -158,6 +165,71 @@ fn only_the_binary_links_the_kubernetes_edge() {
         BTreeSet::from(["p2p-host-cli", "p2p-tests"]),
         "p2p-host-kube's dependents: {dependents:?}"
     );
+}
+
+/// The pure crates under shared/, from the ground up: each may link only the
+/// crates listed before it here, and the front ends only the domains they
+/// serve (docs/DESIGN.md "Architecture").
+const DOMAIN_CRATES: &[&str] = &["p2p-topology", "p2p-nccl", "p2p-allocation", "p2p-report"];
+
+#[test]
+fn the_domain_crates_depend_only_downward() {
+    let g = Graph::load();
+    let vp2p = |p: &str| -> BTreeSet<String> {
+        g.linked(p)
+            .into_iter()
+            .filter(|d| d.starts_with("p2p-"))
+            .collect()
+    };
+    let want: &[(&str, &[&str])] = &[
+        ("p2p-topology", &[]),
+        ("p2p-nccl", &["p2p-topology"]),
+        ("p2p-allocation", &["p2p-topology"]),
+        ("p2p-report", &["p2p-topology", "p2p-allocation"]),
+        // The host never reads NCCL's behaviour, only writes its file
+        // (p2p_topology::nccl_topo); the Kubernetes edge publishes
+        // allocations and renders nothing; the guest reaches the allocation
+        // model only through the reports it renders.
+        (
+            "p2p-host",
+            &[
+                "p2p-topology",
+                "p2p-allocation",
+                "p2p-report",
+                "p2p-host-io",
+            ],
+        ),
+        (
+            "p2p-host-kube",
+            &["p2p-topology", "p2p-allocation", "p2p-host-io"],
+        ),
+        (
+            "p2p-guest",
+            &[
+                "p2p-topology",
+                "p2p-nccl",
+                "p2p-report",
+                "p2p-allocation",
+                "p2p-kernels",
+            ],
+        ),
+    ];
+    for (krate, allowed) in want {
+        let allowed: BTreeSet<String> = allowed.iter().map(|s| s.to_string()).collect();
+        let linked = vp2p(krate);
+        assert!(
+            linked.is_subset(&allowed),
+            "{krate} links {:?}, outside what it may: {allowed:?}",
+            linked.difference(&allowed).collect::<Vec<_>>()
+        );
+    }
+    // The check can fail: the ground is linked by every other domain crate.
+    for krate in &DOMAIN_CRATES[1..] {
+        assert!(
+            vp2p(krate).contains("p2p-topology"),
+            "{krate} lost its ground"
+        );
+    }
 }
 
 /// `epoll_create1` calls of one run of `p2p-host ARGS` and its threads, and

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use p2p_guest::doctor::{diagnose, DoctorReport, Inputs, Verdict};
 use p2p_guest::nccl_topo::explain::{self, ExplainInputs, ExplainReport};
 use p2p_guest::probe::report::ProbeReport;
-use p2p_shared::report::bench::BenchReport;
+use p2p_report::bench::BenchReport;
 use p2p_tests::schemas::validate;
 use p2p_tests::{fixture_dir, repo_root, run, unpack_fixture};
 

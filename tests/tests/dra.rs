@@ -13,18 +13,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use p2p_host::nvlink::{self, NvLinkOptions};
-use p2p_host::sysfs::{self, SysfsRoot};
-use p2p_shared::chooser::{parse_fmpm_list, FmPartition};
-use p2p_shared::dra::{
+use p2p_allocation::chooser::{parse_fmpm_list, FmPartition};
+use p2p_allocation::dra::{
     build_slices, Device, DeviceAttribute, Publication, ResourceSlice, SliceOptions, DEFAULT_DRIVER,
 };
-use p2p_shared::pci::PciePortType;
-use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, PciFunction};
-use p2p_shared::{Bdf, GpuSelector, Topology};
+use p2p_host::nvlink::{self, NvLinkOptions};
+use p2p_host::sysfs::{self, SysfsRoot};
 use p2p_tests::dra_model::{allocations, verify_cliques, Claim};
 use p2p_tests::kubernetes_validate::assert_valid;
 use p2p_tests::{fixture_dir, repo_root, run};
+use p2p_topology::pci::PciePortType;
+use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, PciFunction};
+use p2p_topology::{Bdf, GpuSelector, Topology};
 use serde_json::{json, Value};
 
 /// A captured tree with IOMMU groups, its GPU selector (`--gpu-class`), and

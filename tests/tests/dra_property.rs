@@ -6,16 +6,18 @@
 //! one-device requests under `matchAttribute` is one clique, and every
 //! clique is one. The captured trees are in dra.rs.
 
-use p2p_shared::chooser::FmPartition;
-use p2p_shared::dra::{build_slices, DeviceAttribute, Publication, SliceOptions, DEFAULT_DRIVER};
-use p2p_shared::pci::PciePortType;
-use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, NvLink, PciFunction};
-use p2p_shared::{Bdf, GpuSelector, Role, Topology};
+use p2p_allocation::chooser::FmPartition;
+use p2p_allocation::dra::{
+    build_slices, DeviceAttribute, Publication, SliceOptions, DEFAULT_DRIVER,
+};
 use p2p_tests::dra_model::verify_cliques;
+use p2p_topology::pci::PciePortType;
+use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, NvLink, PciFunction};
+use p2p_topology::{Bdf, GpuSelector, Role, Topology};
 use proptest::prelude::*;
 
 /// The builder's unit-test trees (`Tree`, `hand_built`), one file for both crates.
-#[path = "../../shared/src/dra/tests/trees.rs"]
+#[path = "../../shared/allocation/src/dra/tests/trees.rs"]
 #[allow(dead_code)] // the unit tests' shorthands this file does not need
 mod trees;
 use trees::{b, hand_built, Tree, BRIDGE, GPU, NIC};

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use p2p_shared::report::TopoReport;
+use p2p_report::TopoReport;
 use p2p_tests::e2e::{
     boot, capability_bytes, capability_chain, hand_cliques, parse_lspci_hex, plan_cliques,
     require_vfio_user_qemu, static_bins, unpack_h200, write_fixture, Checks, GpuSlot, Server,

@@ -24,14 +24,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use p2p_shared::guest_layout::{GuestLayout, GuestTopology};
-use p2p_shared::report::{PlanReport, TopoReport};
-use p2p_shared::Bdf;
+use p2p_report::{PlanReport, TopoReport};
 use p2p_tests::e2e::{
     require_vfio_user_qemu, static_bins, unpack_h200, Checks, Server, CLASSES, FIXTURE, GPUS,
 };
 use p2p_tests::fixture_dir;
 use p2p_tests::qemu::{extract, script};
+use p2p_topology::guest_layout::{GuestLayout, GuestTopology};
+use p2p_topology::Bdf;
 use serde_json::Value;
 
 const GUEST_SCRIPT: &str = r#"#!/bin/sh

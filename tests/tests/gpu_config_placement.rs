@@ -23,9 +23,9 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use p2p_host::overlay::{ConfigOverlay, OverlayOptions, Placement, SlotConflict};
-use p2p_shared::pci::ConfigSpace;
-use p2p_shared::{Clique, P2pCapability};
 use p2p_tests::unpack_fixture;
+use p2p_topology::pci::ConfigSpace;
+use p2p_topology::{Clique, P2pCapability};
 
 /// Capability ids (PCI Code and ID Assignment Specification, §2).
 const PM: u8 = 0x01;

@@ -81,7 +81,7 @@ fn explain(file: &Path) -> Run {
 /// NCCL's own reader, as explain models it, stops once it holds 256
 /// elements (NCCL_TOPO_XML_MAX_NODES, src/graph/xml.cc:192 at v2.28.3-1):
 /// system, cpu and 254 levels, the last on line 256. The installer names the
-/// file; vp2p's reader alone (unit tests of nccl_rules::xml) refuses the 257th
+/// file; vp2p's reader alone (unit tests of p2p_nccl::xml) refuses the 257th
 /// level.
 #[test]
 fn nccl_files_nested_12000_deep_are_refused_at_the_257th_level() {

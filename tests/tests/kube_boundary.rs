@@ -1,14 +1,14 @@
 //! Bad input at the real boundary, against kube-apiserver v1.37.2
-//! (`kube-peers`): the limits p2p-shared checks before it publishes
-//! (shared/src/dra/names.rs) are the API server's, limit by limit, on both
+//! (`kube-peers`): the limits p2p-allocation checks before it publishes
+//! (shared/allocation/src/dra/names.rs) are the API server's, limit by limit, on both
 //! sides of each; and the API server stopped and started again while a
 //! node's devices change (etcd kept): the driver republishes, no slice
 //! doubled or lost.
 
 use std::time::Duration;
 
-use p2p_shared::dra::names::{is_c_identifier, is_dns_label, is_qualified_name};
-use p2p_shared::dra::{MAX_ATTRIBUTES_PER_DEVICE, MAX_DEVICE_NAME, MAX_VALUE};
+use p2p_allocation::dra::names::{is_c_identifier, is_dns_label, is_qualified_name};
+use p2p_allocation::dra::{MAX_ATTRIBUTES_PER_DEVICE, MAX_DEVICE_NAME, MAX_VALUE};
 use p2p_tests::kube::ControlPlane;
 use p2p_tests::kube_node::{relink, SimNode};
 use serde_json::{json, Map, Value};

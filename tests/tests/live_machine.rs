@@ -3,10 +3,10 @@
 
 use p2p_host::snapshot::snapshot;
 use p2p_host::sysfs::{scan, SysfsRoot};
-use p2p_shared::report::TopoReport;
-use p2p_shared::GpuSelector;
+use p2p_report::TopoReport;
 use p2p_tests::e2e::parse_lspci_hex;
 use p2p_tests::run;
+use p2p_topology::GpuSelector;
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -35,7 +35,7 @@ fn live_sys_snapshot_round_trips() {
     assert_eq!(summary.functions, topo.functions.len());
     let copy = scan(&SysfsRoot::new(out.path()).unwrap()).unwrap();
     // Paths inside ACS "unknown" reasons name the tree they came from; compare the rest.
-    let strip = |t: &p2p_shared::Topology| {
+    let strip = |t: &p2p_topology::Topology| {
         serde_json::to_string(t)
             .unwrap()
             .replace(&format!("{}", out.path().join("sysfs").display()), "/sys")

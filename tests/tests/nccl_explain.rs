@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use p2p_shared::nccl_rules::observed::{check_pairs, differences, parse_log};
-use p2p_shared::nccl_rules::{self, effective, DriverP2p, Graph, PathType, Transport, VmNic};
+use p2p_nccl::observed::{check_pairs, differences, parse_log};
+use p2p_nccl::{effective, DriverP2p, Graph, PathType, Transport, VmNic};
 use p2p_tests::nccl_explain::*;
 use p2p_tests::{binary, fixture_dir, repo_root, unpack_fixture};
 
@@ -94,11 +94,11 @@ fn h200_nvlink_dump_is_p2p_over_nvl_as_logged() {
     );
     // --hide-nvlink's placeholder: the same dump decides by PCIe (PHB: SHM).
     let mut eff = effective(
-        Some(&nccl_rules::parse(&dump).unwrap()),
+        Some(&p2p_nccl::parse(&dump).unwrap()),
         &facts(intel(), &["0000:00:06.0", "0000:00:07.0"]),
     );
-    nccl_rules::fill::hide_nvlink(&mut eff);
-    let p = nccl_rules::predict(&Graph::build(&eff.xml), &env(&[]), &order, &|_, _| {
+    p2p_nccl::fill::hide_nvlink(&mut eff);
+    let p = p2p_nccl::predict(&Graph::build(&eff.xml), &env(&[]), &order, &|_, _| {
         DriverP2p::Allowed
     });
     assert_eq!(
@@ -252,14 +252,14 @@ fn hide_nvlink_writes_the_file_nccl_was_given() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ours = nccl_rules::parse(&String::from_utf8_lossy(&out.stdout)).unwrap();
-    let given = nccl_rules::parse(
+    let ours = p2p_nccl::parse(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let given = p2p_nccl::parse(
         &std::fs::read_to_string(repo_root().join(RESULTS).join("file-clique.xml")).unwrap(),
     )
     .unwrap();
     // Line numbers differ (one is pretty-printed like the other, but compare content only).
-    let strip = |mut x: nccl_rules::TopoXml| {
-        fn walk(p: &mut [nccl_rules::xml::XmlPci]) {
+    let strip = |mut x: p2p_nccl::TopoXml| {
+        fn walk(p: &mut [p2p_nccl::xml::XmlPci]) {
             for n in p {
                 n.line = 0;
                 walk(&mut n.children);

@@ -5,9 +5,7 @@
 //! 50 GB/s); Intel family 6 model 207 (>= 0xCF) joins CPUs at 40 GB/s
 //! (ERP_QPI_BW).
 
-use p2p_shared::nccl_rules::{
-    self, effective, DriverP2p, PathType, Transport, VmFacts, VmFunction, VmNic,
-};
+use p2p_nccl::{effective, DriverP2p, PathType, Transport, VmFacts, VmFunction, VmNic};
 use p2p_tests::nccl_explain::*;
 
 /// A flat guest with no file: both GPUs hang from the CPU, so GPU-CPU-GPU is
@@ -242,7 +240,7 @@ fn file_for_another_vm_is_dropped_and_said() {
       <pci busid="0000:ff:00.0" class="0x060400"><pci busid="0000:00:08.0" class="0x030200"/><pci busid="0000:00:09.0" class="0x030200"/></pci>
     </cpu></system>"#;
     let vm = facts(intel(), &["0000:00:06.0", "0000:00:07.0"]);
-    let eff = effective(Some(&nccl_rules::parse(file).unwrap()), &vm);
+    let eff = effective(Some(&p2p_nccl::parse(file).unwrap()), &vm);
     assert!(
         eff.notes
             .iter()

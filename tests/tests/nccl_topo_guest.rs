@@ -153,7 +153,7 @@ fn install_refuses_a_file_for_another_vm() {
         r.stderr
     );
     // An id wider than its attribute, named with its line and attribute in
-    // the words of every hex reader (p2p_shared::hex).
+    // the words of every hex reader (p2p_topology::hex).
     let line = 1 + text
         .lines()
         .position(|l| l.contains("device=\"0x2335\""))

@@ -5,11 +5,11 @@ use std::path::Path;
 
 use p2p_host::nvlink::{self, NvLinkOptions};
 use p2p_host::sysfs::{scan, SysfsRoot};
-use p2p_shared::report::TopoReport;
-use p2p_shared::topology::NvLinkSource;
-use p2p_shared::{GpuSelector, PathClass, PeerRoute, Topology};
+use p2p_report::TopoReport;
 use p2p_tests::topo_m::TopoM;
 use p2p_tests::{fixture_dir, run, unpack_fixture};
+use p2p_topology::topology::NvLinkSource;
+use p2p_topology::{GpuSelector, PathClass, PeerRoute, Topology};
 
 fn load(tree: &Path, nvlink_map: Option<&Path>) -> (Topology, TopoReport) {
     let root = SysfsRoot::new(tree).unwrap();
@@ -97,7 +97,7 @@ fn check_against_nvidia_smi(name: &str, gpus: &[&str]) {
         &topo,
         &GpuSelector::Nvidia,
         "fixture",
-        p2p_shared::report::NicRows::AllNetwork,
+        p2p_report::NicRows::AllNetwork,
     );
     assert_eq!(all.nics.len(), 1);
     assert_eq!(all.nics[0].bdf.to_string(), "0000:00:03.0");
@@ -141,7 +141,7 @@ fn h200x4_gpu_order_is_cuda_order() {
     for line in csv.lines().skip(1) {
         let cols: Vec<&str> = line.split(',').map(str::trim).collect();
         let index: usize = cols[0].parse().unwrap();
-        let bdf: p2p_shared::Bdf = cols[1].parse().unwrap();
+        let bdf: p2p_topology::Bdf = cols[1].parse().unwrap();
         assert_eq!(report.gpus[index].bdf, bdf, "GPU{index}");
     }
 }

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use p2p_shared::guest_layout::GuestLayout;
-use p2p_shared::report::PlanReport;
+use p2p_report::PlanReport;
 use p2p_tests::libvirt::validate;
 use p2p_tests::qemu::require_setup;
 use p2p_tests::{fixture_dir, plan_stdout, run};
+use p2p_topology::guest_layout::GuestLayout;
 
 const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
 const GPUS: &str = "0000:23:00.0,0000:24:00.0,0000:26:00.0,0000:41:00.0,0000:83:00.0,0000:84:00.0";

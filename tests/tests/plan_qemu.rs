@@ -9,11 +9,11 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use p2p_shared::report::PlanReport;
-use p2p_shared::{Bdf, PathClass};
+use p2p_report::PlanReport;
 use p2p_tests::emitted::{blocks, parse_cloud_hypervisor, parse_libvirt, parse_qemu, planned};
 use p2p_tests::qemu_expect::{self, expected_cliques, Expect};
 use p2p_tests::{fixture_dir, plan_stdout};
+use p2p_topology::{Bdf, PathClass};
 
 const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
 const NESTED: &str = "qemu-11.1-nested-switch-iommu-on";
@@ -133,7 +133,7 @@ fn vm_arg(expect: &Expect, name: &str, ids: &[&str]) -> String {
 fn check_vm(
     what: &str,
     expect: &Expect,
-    vm: &p2p_shared::clique::CliquePlan,
+    vm: &p2p_allocation::clique::CliquePlan,
     ids: &[&str],
     level: PathClass,
 ) {

@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use p2p_shared::guest_layout::{DeviceRole, GuestDevice, GuestLayout, GuestTopology};
-use p2p_shared::iommu_groups::{GroupMember, GroupUse};
-use p2p_shared::report::PlanReport;
-use p2p_shared::Bdf;
+use p2p_report::PlanReport;
 use p2p_tests::emitted::{blocks, planned};
 use p2p_tests::proxmox::{self, parse, parse_hostpci, split_args, VmConfig, MAX_HOSTPCI};
 use p2p_tests::{fixture_dir, plan_stdout, run, unpack_fixture};
+use p2p_topology::guest_layout::{DeviceRole, GuestDevice, GuestLayout, GuestTopology};
+use p2p_topology::iommu_groups::{GroupMember, GroupUse};
+use p2p_topology::Bdf;
 
 const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
 const NESTED: &str = "qemu-11.1-nested-switch-iommu-on";

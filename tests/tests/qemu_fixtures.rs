@@ -186,7 +186,7 @@ fn iommu_changes_routing_facts_not_classes() {
         let (_, off) = scan_capture(&dir(&format!("qemu-{q}-two-socket-iommu-off")));
         assert_eq!(on.links, off.links, "QEMU {q}");
         assert_eq!(on.matrix, off.matrix, "QEMU {q}");
-        let routes = |r: &p2p_shared::report::TopoReport| {
+        let routes = |r: &p2p_report::TopoReport| {
             r.pairs.iter().map(|p| p.route.clone()).collect::<Vec<_>>()
         };
         assert_eq!(

@@ -1,8 +1,8 @@
 //! The repository stands alone: no tracked file outside docs/results reads the
 //! project's `shared` folder that sits beside a developer's checkout (a user's
-//! clone has none). The workspace's own `shared/` crate is named `../shared`
-//! from fuzz/Cargo.toml; such a path is fine when it lands inside this
-//! repository's `shared/` crate.
+//! clone has none). The workspace's own crates under `shared/` are named
+//! `../shared/topology` and so on from fuzz/Cargo.toml; such a path is fine
+//! when it lands inside this repository's `shared/`.
 
 use std::path::Path;
 use std::process::Command;
@@ -67,8 +67,10 @@ fn the_path_scanner_finds_what_a_file_reads_from_beside_the_repository() {
         [format!("{UP}{UP}shared/fixtures/x.xml")]
     );
     assert_eq!(
-        shared_paths(&format!("p2p-shared = {{ path = \"{UP}shared\" }}")),
-        [format!("{UP}shared")]
+        shared_paths(&format!(
+            "p2p-topology = {{ path = \"{UP}shared/topology\" }}"
+        )),
+        [format!("{UP}shared/topology")]
     );
     assert!(shared_paths(&format!("the shared/ crate and {UP}sharedness")).len() == 1);
     assert!(shared_paths("path = \"shared\"").is_empty());
@@ -76,7 +78,7 @@ fn the_path_scanner_finds_what_a_file_reads_from_beside_the_repository() {
     assert!(is_the_workspace_crate(
         &root,
         "fuzz/Cargo.toml",
-        &format!("{UP}shared")
+        &format!("{UP}shared/topology")
     ));
     assert!(!is_the_workspace_crate(
         &root,

@@ -78,7 +78,7 @@ fn qemu_parses_every_emitted_device() {
 /// half over 'P' << 8 | '2' = 0x5032 in its lower half.
 #[test]
 fn capability_bytes_are_the_ones_qemu_writes() {
-    use p2p_shared::{Clique, P2pCapability};
+    use p2p_topology::{Clique, P2pCapability};
     for clique in 0u8..16 {
         let qemu = [0x09, 0x00, 0x08, 0x50, 0x32, 0x50, clique << 3, 0x00];
         let ours = P2pCapability::new(Clique::new(clique).unwrap(), 0).encode();
@@ -131,17 +131,18 @@ fn libvirt_schema_accepts_the_fragments() {
         .filter(|f| f.vendor == 0x10de)
         .map(|f| f.bdf)
         .collect();
-    let plan = p2p_shared::clique::plan_cliques(&topo, "vm0", &gpus, Default::default()).unwrap();
+    let plan =
+        p2p_allocation::clique::plan_cliques(&topo, "vm0", &gpus, Default::default()).unwrap();
     let devices: Vec<_> = plan
         .assignments
         .iter()
-        .map(|a| p2p_shared::guest_layout::VmDevice {
+        .map(|a| p2p_topology::guest_layout::VmDevice {
             host: a.bdf,
-            role: p2p_shared::guest_layout::DeviceRole::Gpu,
+            role: p2p_topology::guest_layout::DeviceRole::Gpu,
             clique: Some(a.clique.id()),
         })
         .collect();
-    let guest = p2p_shared::guest_layout::flat(&topo, &devices).unwrap();
+    let guest = p2p_topology::guest_layout::flat(&topo, &devices).unwrap();
     let opts = p2p_host::vmm::EmitOptions::default();
     validate(&p2p_host::vmm::libvirt::example_domain(
         &plan, &guest, &opts,
@@ -167,8 +168,8 @@ fn cloud_hypervisor_bodies_match_the_contract() {
         .filter(|f| f.vendor == 0x10de)
         .map(|f| f.bdf)
         .collect();
-    let level = p2p_shared::clique::MaxLevel::new(p2p_shared::PathClass::Pix).unwrap();
-    let plan = p2p_shared::clique::plan_cliques(&topo, "vm0", &gpus, level).unwrap();
+    let level = p2p_allocation::clique::MaxLevel::new(p2p_topology::PathClass::Pix).unwrap();
+    let plan = p2p_allocation::clique::plan_cliques(&topo, "vm0", &gpus, level).unwrap();
     let bodies = p2p_host::vmm::cloud_hypervisor::device_configs(&plan);
     assert_eq!(bodies.len(), 4);
     for b in &bodies {

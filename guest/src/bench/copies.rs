@@ -2,7 +2,7 @@
 //! source filled with its pattern and its destination poisoned before a run,
 //! the destination compared byte for byte after.
 
-use p2p_shared::report::bench::{TransferPart, Verification, GB};
+use p2p_report::bench::{TransferPart, Verification, GB};
 
 use super::sampling::{Sampled, Timing};
 use crate::cuda::rig::{Lane, Rig};

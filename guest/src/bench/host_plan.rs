@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use p2p_shared::classify::PeerRoute;
-use p2p_shared::report::plan::PlanReport;
-use p2p_shared::Bdf;
+use p2p_report::plan::PlanReport;
+use p2p_topology::classify::PeerRoute;
+use p2p_topology::Bdf;
 
 /// Why a host plan could not give routes.
 #[derive(Debug, thiserror::Error)]
@@ -19,7 +19,7 @@ pub enum HostPlanError {
     #[error("--host-plan {0}: {1}")]
     Read(PathBuf, std::io::Error),
     /// The file is no `p2p-host plan --json` document.
-    #[error("--host-plan {}: not a p2p-host plan --json document: {}", .0.display(), p2p_shared::excerpt::json_error(.1))]
+    #[error("--host-plan {}: not a p2p-host plan --json document: {}", .0.display(), p2p_topology::excerpt::json_error(.1))]
     Parse(PathBuf, serde_json::Error),
     /// The plan has no VM of that name, or several and none was named.
     #[error("--host-plan {file}: {why}")]

@@ -2,7 +2,7 @@
 
 use std::fs;
 
-use p2p_shared::report::bench::Machine;
+use p2p_report::bench::Machine;
 
 fn first_line(path: &str) -> Option<String> {
     fs::read_to_string(path)

@@ -5,8 +5,8 @@
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
-use p2p_shared::report::bench::{Direction, Measurement, Mode};
-use p2p_shared::{ByteSize, GpuIndex};
+use p2p_report::bench::{Direction, Measurement, Mode};
+use p2p_topology::{ByteSize, GpuIndex};
 
 use super::copies::CopyRun;
 use super::nccl::{AllReduce, NcclRun};

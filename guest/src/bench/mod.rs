@@ -14,10 +14,8 @@ mod sampling;
 
 use std::path::PathBuf;
 
-use p2p_shared::report::bench::{
-    BenchGpu, BenchPair, BenchReport, Direction, Method, Mode, BENCH_SCHEMA,
-};
-use p2p_shared::{ByteSize, CudaOrdinal, GpuIndex};
+use p2p_report::bench::{BenchGpu, BenchPair, BenchReport, Direction, Method, Mode, BENCH_SCHEMA};
+use p2p_topology::{ByteSize, CudaOrdinal, GpuIndex};
 
 use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::rig::Rig;
@@ -417,8 +415,8 @@ pub fn tune_sm(
 pub fn route_with_host(
     probe: &crate::probe::report::ProbeReport,
     host: Option<&host_plan::HostRoutes>,
-    a: p2p_shared::Bdf,
-    b: p2p_shared::Bdf,
+    a: p2p_topology::Bdf,
+    b: p2p_topology::Bdf,
 ) -> String {
     let guest = route_of(probe, a, b);
     match host.and_then(|h| h.route(a, b)) {
@@ -430,8 +428,8 @@ pub fn route_with_host(
 /// The route of a pair as the guest knows it ([`BenchPair::route`]).
 pub fn route_of(
     probe: &crate::probe::report::ProbeReport,
-    a: p2p_shared::Bdf,
-    b: p2p_shared::Bdf,
+    a: p2p_topology::Bdf,
+    b: p2p_topology::Bdf,
 ) -> String {
     if probe.decision(a, b).is_some_and(|d| d.nvlinks.is_some()) {
         return "nvlink".into();

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::safe::{Comm, ReduceOp};
-use p2p_shared::report::bench::Verification;
-use p2p_shared::{CudaOrdinal, GpuIndex};
+use p2p_report::bench::Verification;
+use p2p_topology::{CudaOrdinal, GpuIndex};
 
 use super::sampling::{Sampled, Timing};
 use crate::cuda::memory::DeviceBuffer;

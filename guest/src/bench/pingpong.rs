@@ -2,8 +2,8 @@
 //! other's memory; elapsed time over twice the rounds is one peer write seen
 //! by a poll on the other side.
 
-use p2p_shared::report::bench::{Verification, GB};
-use p2p_shared::GpuIndex;
+use p2p_report::bench::{Verification, GB};
+use p2p_topology::GpuIndex;
 
 use super::sampling::{Sampled, Timing};
 use crate::cuda::memory::DeviceBuffer;

@@ -1,8 +1,8 @@
 //! What a bench run measures, decided before any GPU work: the jobs, how many
 //! copies per sample, and whether queued work may be held by a spin kernel.
 
-use p2p_shared::report::bench::{Direction, Mode};
-use p2p_shared::{ByteSize, ByteSizeError, GpuIndex};
+use p2p_report::bench::{Direction, Mode};
+use p2p_topology::{ByteSize, ByteSizeError, GpuIndex};
 
 /// Default size sweep: 4 B to 1 GiB.
 pub const DEFAULT_SIZES: [u64; 10] = [

@@ -3,7 +3,7 @@
 //! (a new seed), timed, and checked after. What differs between modes is a
 //! [`Sampled`]: how it prepares, runs, checks, and turns seconds into rates.
 
-use p2p_shared::report::bench::{Measurement, Stats, TransferPart, Verification};
+use p2p_report::bench::{Measurement, Stats, TransferPart, Verification};
 
 use super::plan::Job;
 use crate::cuda::rig::Rig;

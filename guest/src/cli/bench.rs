@@ -10,9 +10,9 @@ use p2p_guest::bench::host_plan::HostRoutes;
 use p2p_guest::bench::plan::{bench_size, DEFAULT_SIZES};
 use p2p_guest::bench::{run, BenchConfig, PairSelection, PeerPolicy, Progress, SmCopy};
 use p2p_guest::transfer::{self, Hold, MethodConfig, PeerAccess};
-use p2p_shared::report::bench::{BenchReport, Direction, Mode, ModeParseError, NcclTransport};
-use p2p_shared::report::Table;
-use p2p_shared::{ByteSize, CudaOrdinal, GpuIndex};
+use p2p_report::bench::{BenchReport, Direction, Mode, ModeParseError, NcclTransport};
+use p2p_report::Table;
+use p2p_topology::{ByteSize, CudaOrdinal, GpuIndex};
 
 fn parse_mode(s: &str) -> Result<Mode, ModeParseError> {
     s.to_ascii_lowercase().parse()
@@ -323,7 +323,7 @@ pub fn run_cmd(args: BenchArgs) -> anyhow::Result<()> {
 /// fails when a measurement did not verify.
 fn output(args: &BenchArgs, report: &BenchReport) -> anyhow::Result<()> {
     if let Some(path) = &args.svg {
-        let svg = p2p_shared::picture::heatmap::bench_svg(report)
+        let svg = p2p_report::picture::heatmap::bench_svg(report)
             .with_context(|| format!("--svg {}", path.display()))?;
         std::fs::write(path, &svg).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {} ({} bytes)", path.display(), svg.len());
@@ -354,10 +354,7 @@ fn output(args: &BenchArgs, report: &BenchReport) -> anyhow::Result<()> {
 fn nccl_without_p2p(
     args: &BenchArgs,
     sizes: &[ByteSize],
-) -> anyhow::Result<(
-    Vec<p2p_shared::report::bench::Measurement>,
-    Vec<NcclTransport>,
-)> {
+) -> anyhow::Result<(Vec<p2p_report::bench::Measurement>, Vec<NcclTransport>)> {
     let exe = std::env::current_exe().context("locating p2p-guest for the NCCL child run")?;
     let size_list: Vec<String> = sizes.iter().map(|s| s.0.to_string()).collect();
     let mut cmd = Command::new(exe);
@@ -433,7 +430,7 @@ fn capture_nccl_channels(modes: &[Mode]) -> Option<std::path::PathBuf> {
 /// Every pair's `via` texts from NCCL's log, by rank (the run's GPU index).
 fn nccl_transports(log: &std::path::Path, mode: Mode) -> Vec<NcclTransport> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let seen = p2p_shared::nccl_rules::observed::parse_log(&text);
+    let seen = p2p_nccl::observed::parse_log(&text);
     let mut out: Vec<NcclTransport> = Vec::new();
     for c in &seen.channels {
         let (src, dst) = (GpuIndex(c.from as usize), GpuIndex(c.to as usize));

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use p2p_guest::compare::{compare, svg};
-use p2p_shared::report::bench::{BenchReport, BENCH_SCHEMA};
+use p2p_report::bench::{BenchReport, BENCH_SCHEMA};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
@@ -30,14 +30,14 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<BenchReport> {
         anyhow::anyhow!(
             "{}: not a bench report: {}",
             path.display(),
-            p2p_shared::excerpt::json_error(&e)
+            p2p_topology::excerpt::json_error(&e)
         )
     })?;
     if r.schema != BENCH_SCHEMA {
         anyhow::bail!(
             "{}: schema {:?}, expected {BENCH_SCHEMA}",
             path.display(),
-            p2p_shared::excerpt::short(&r.schema)
+            p2p_topology::excerpt::short(&r.schema)
         );
     }
     Ok(r)

@@ -10,9 +10,9 @@ use p2p_guest::bench::host_plan::HostRoutes;
 use p2p_guest::doctor::{self, live, Inputs};
 use p2p_guest::nccl_topo::explain::{ExplainInputs, ExplainReport};
 use p2p_guest::probe::report::ProbeReport;
-use p2p_shared::nccl_topo::NCCL_DEFAULT_PATH;
-use p2p_shared::report::bench::BenchReport;
-use p2p_shared::ByteSize;
+use p2p_report::bench::BenchReport;
+use p2p_topology::nccl_topo::NCCL_DEFAULT_PATH;
+use p2p_topology::ByteSize;
 
 /// Exit status when an input file cannot be read (as with no GPU to check):
 /// apart from the verdicts' 0, 1 and 2.

@@ -7,10 +7,10 @@ use clap::Args;
 use p2p_guest::nccl_topo::explain::{self, Confirmation, ExplainInputs, ExplainReport, FileChoice};
 use p2p_guest::nccl_topo::{self, NcclTopoError};
 use p2p_guest::probe::{self, ProbeOptions};
-use p2p_shared::nccl_rules::{self, Graph};
-use p2p_shared::nccl_topo::{render, NCCL_DEFAULT_PATH};
-use p2p_shared::report::Table;
-use p2p_shared::Bdf;
+use p2p_nccl::Graph;
+use p2p_report::Table;
+use p2p_topology::nccl_topo::{render, NCCL_DEFAULT_PATH};
+use p2p_topology::Bdf;
 
 /// Exit status when the VM has no GPU and no --file was given.
 pub const NO_GPU_EXIT: i32 = 2;
@@ -59,8 +59,8 @@ pub struct ExplainArgs {
 /// that its variables are set before NCCL starts, never in this process.
 fn confirm(
     file: Option<&std::path::Path>,
-    facts: &nccl_rules::VmFacts,
-    pred: &nccl_rules::Prediction,
+    facts: &p2p_nccl::VmFacts,
+    pred: &p2p_nccl::Prediction,
 ) -> anyhow::Result<Confirmation> {
     let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
     let dir = std::env::temp_dir().join(format!("vp2p-confirm-{}", std::process::id()));
@@ -90,8 +90,8 @@ fn confirm(
             dir.join("nccl-debug.txt").display()
         );
     }
-    let seen = nccl_rules::observed::parse_log(&text);
-    let mut check = nccl_rules::observed::check_pairs(pred, &seen, &order);
+    let seen = p2p_nccl::observed::parse_log(&text);
+    let mut check = p2p_nccl::observed::check_pairs(pred, &seen, &order);
     check
         .differences
         .extend(against_dump(&dir.join("nccl-topo-dump.xml"), facts, pred)?);
@@ -107,8 +107,8 @@ fn confirm(
 
 fn against_dump(
     dump: &std::path::Path,
-    facts: &nccl_rules::VmFacts,
-    pred: &nccl_rules::Prediction,
+    facts: &p2p_nccl::VmFacts,
+    pred: &p2p_nccl::Prediction,
 ) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(dump)
         .with_context(|| format!("NCCL wrote no dump at {}", dump.display()))?;
@@ -239,7 +239,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
             explain::driver_answer(&probe, x, y)
         } else {
             (
-                nccl_rules::DriverP2p::Unknown,
+                p2p_nccl::DriverP2p::Unknown,
                 Some("no VM here: taken as allowed".into()),
             )
         }
@@ -255,7 +255,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
     if !refusals.is_empty() {
         let order: Vec<Bdf> = match &vm {
             Some(f) => f.gpus.iter().map(|g| g.busid).collect(),
-            None => nccl_rules::loader::file_gpus(text.as_deref().unwrap_or_default()),
+            None => p2p_nccl::loader::file_gpus(text.as_deref().unwrap_or_default()),
         };
         let (pairs, gpus) = nccl_topo::loader::refused_pairs(&order, &refusals, &env, &answers);
         if a.confirm {
@@ -269,7 +269,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
     }
     let xml = match &text {
         None => None,
-        Some(t) => Some(nccl_rules::parse(t).map_err(|e| match &choice.path {
+        Some(t) => Some(p2p_nccl::parse(t).map_err(|e| match &choice.path {
             Some(path) => anyhow::anyhow!("{path}: {e}"),
             None => anyhow::anyhow!("derived file: {e}"),
         })?),
@@ -279,13 +279,13 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         (None, Some(x)) => explain::facts_from_file(x, cpu.clone()),
         (None, None) => anyhow::bail!("no GPU here and no file to explain"),
     };
-    let mut eff = nccl_rules::effective(xml.as_ref(), &facts);
+    let mut eff = p2p_nccl::effective(xml.as_ref(), &facts);
     if a.hide_nvlink {
-        nccl_rules::fill::hide_nvlink(&mut eff);
+        p2p_nccl::fill::hide_nvlink(&mut eff);
     }
     let graph = Graph::build(&eff.xml);
     let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
-    let pred = nccl_rules::predict(&graph, &env, &order, &|x, y| answers(x, y).0);
+    let pred = p2p_nccl::predict(&graph, &env, &order, &|x, y| answers(x, y).0);
     let pairs = explain::beside_driver(pred.pairs, &answers);
     let confirmation = if a.confirm {
         let derived;
@@ -298,7 +298,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         } else {
             choice.path.as_deref().map(std::path::Path::new)
         };
-        let pred_again = nccl_rules::Prediction {
+        let pred_again = p2p_nccl::Prediction {
             pairs: pairs.iter().map(|p| p.nccl.clone()).collect(),
             gpus: pred.gpus.clone(),
         };

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use p2p_guest::nccl_topo::{self, NcclTopoError, NcclTopoReport, NCCL_TOPO_SCHEMA};
-use p2p_shared::nccl_topo::{render, render_hiding_nvlink, NCCL_DEFAULT_PATH};
-use p2p_shared::report::Table;
-use p2p_shared::Bdf;
+use p2p_report::Table;
+use p2p_topology::nccl_topo::{render, render_hiding_nvlink, NCCL_DEFAULT_PATH};
+use p2p_topology::Bdf;
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -75,7 +75,7 @@ pub(super) fn parse_assume(s: &str) -> Result<(Bdf, u8), String> {
     let (b, n) = s.split_once('=').ok_or("want BDF=N")?;
     let bdf: Bdf = b
         .parse()
-        .map_err(|e: p2p_shared::bdf::BdfParseError| e.to_string())?;
+        .map_err(|e: p2p_topology::bdf::BdfParseError| e.to_string())?;
     let n: u8 = n.parse().map_err(|_| format!("'{n}' is not a clique id"))?;
     if n > 15 {
         return Err(format!("clique {n}: the capability holds 0..15"));

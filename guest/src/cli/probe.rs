@@ -9,7 +9,7 @@ use p2p_guest::decide::{Flag, FlagKind, Verdict};
 use p2p_guest::probe::report::ProbeReport;
 use p2p_guest::probe::{enable_allowed, probe, ProbeOptions};
 use p2p_guest::verify;
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -34,7 +34,7 @@ pub struct ProbeArgs {
     verify: bool,
     /// Bytes moved per verification copy.
     #[arg(long, value_parser = p2p_guest::bench::plan::bench_size, default_value = "4M")]
-    verify_size: p2p_shared::ByteSize,
+    verify_size: p2p_topology::ByteSize,
 }
 
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {

@@ -7,8 +7,8 @@ use p2p_guest::doctor::DoctorReport;
 use p2p_guest::nccl_topo::explain::ExplainReport;
 use p2p_guest::nccl_topo::NcclTopoReport;
 use p2p_guest::probe::report::ProbeReport;
-use p2p_shared::report::bench::BenchReport;
-use p2p_shared::report::schema::Document;
+use p2p_report::bench::BenchReport;
+use p2p_report::schema::Document;
 use schemars::schema_for;
 
 use super::tune::TuneReport;
@@ -37,7 +37,7 @@ pub fn documents() -> Vec<Document> {
 }
 
 pub fn run(args: SchemaArgs) -> anyhow::Result<()> {
-    let text = p2p_shared::report::schema::render(&documents(), args.name.as_deref())?;
+    let text = p2p_report::schema::render(&documents(), args.name.as_deref())?;
     print!("{text}");
     Ok(())
 }

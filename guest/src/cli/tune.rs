@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::Args;
 use p2p_guest::bench::plan::bench_size;
 use p2p_guest::bench::{tune_sm, BenchConfig, PairSelection, PeerPolicy, SmCopy};
-use p2p_shared::report::bench::Direction;
-use p2p_shared::report::Table;
-use p2p_shared::ByteSize;
+use p2p_report::bench::Direction;
+use p2p_report::Table;
+use p2p_topology::ByteSize;
 
 use super::bench::Bar;
 
@@ -35,7 +35,7 @@ pub struct TuneArgs {
 pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     let cfg = BenchConfig {
         sysfs_root: args.sysfs_root,
-        modes: vec![p2p_shared::report::bench::Mode::SmRead],
+        modes: vec![p2p_report::bench::Mode::SmRead],
         directions: vec![Direction::Uni],
         sizes: vec![args.size],
         pairs: PairSelection::All,

@@ -6,10 +6,10 @@ pub mod svg;
 
 use std::fmt::Write;
 
-use p2p_shared::report::bench::{BenchReport, Direction, Measurement, Mode};
-use p2p_shared::report::significant;
-use p2p_shared::report::Table;
-use p2p_shared::{ByteSize, GpuIndex};
+use p2p_report::bench::{BenchReport, Direction, Measurement, Mode};
+use p2p_report::significant;
+use p2p_report::Table;
+use p2p_topology::{ByteSize, GpuIndex};
 use serde::Serialize;
 
 /// One matched measurement.

@@ -1,12 +1,12 @@
 //! Bandwidth-vs-size curves of two runs, one panel per mode and direction,
 //! drawn with plotters' SVG backend; under them the GPU x GPU heatmaps of
-//! the ratio between the runs (p2p_shared::picture::heatmap).
+//! the ratio between the runs (p2p_report::picture::heatmap).
 
 use std::path::Path;
 
-use p2p_shared::report::bench::{BenchReport, Direction, Mode};
-use p2p_shared::report::significant;
-use p2p_shared::{ByteSize, GpuIndex};
+use p2p_report::bench::{BenchReport, Direction, Mode};
+use p2p_report::significant;
+use p2p_topology::{ByteSize, GpuIndex};
 use plotters::prelude::*;
 
 /// Why the plot could not be drawn.
@@ -193,8 +193,8 @@ pub fn draw(
 /// The chart with the ratio heatmaps at the base run's headline size
 /// (latency size for ping-pong) under it.
 fn ratio_picture(base: &BenchReport, c: &super::Comparison, chart: (&str, f64, f64)) -> String {
-    use p2p_shared::picture::heatmap::{picture, ratio_maps, RatioCell};
-    use p2p_shared::picture::svg::Line;
+    use p2p_report::picture::heatmap::{picture, ratio_maps, RatioCell};
+    use p2p_report::picture::svg::Line;
     let cells: Vec<RatioCell> = c
         .rows
         .iter()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr};
 use p2p_kernels as k;
-use p2p_shared::CudaOrdinal;
+use p2p_topology::CudaOrdinal;
 
 use super::memory::{DeviceBuffer, PinnedBuffer};
 use super::CudaError;

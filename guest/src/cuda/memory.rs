@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext};
-use p2p_shared::CudaOrdinal;
+use p2p_topology::CudaOrdinal;
 
 use super::{check, CudaError, Gpu};
 

@@ -13,7 +13,7 @@ use std::ffi::CStr;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
-use p2p_shared::{Bdf, CudaOrdinal};
+use p2p_topology::{Bdf, CudaOrdinal};
 
 /// Why a CUDA call failed, naming the call and the GPU (by CUDA ordinal).
 #[derive(Debug, thiserror::Error)]

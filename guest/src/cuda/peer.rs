@@ -1,7 +1,7 @@
 //! What the driver says about peer access between two GPUs, and turning it on.
 
 use cudarc::driver::sys;
-use p2p_shared::CudaOrdinal;
+use p2p_topology::CudaOrdinal;
 use serde::{Deserialize, Serialize};
 
 use super::memory::bind;

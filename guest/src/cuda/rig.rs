@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaEvent, CudaStream};
 use p2p_kernels::BLOCK_THREADS;
-use p2p_shared::{CudaOrdinal, GpuIndex};
+use p2p_topology::{CudaOrdinal, GpuIndex};
 
 use crate::cuda::kernels::Kernels;
 use crate::cuda::memory::{DeviceBuffer, PinnedBuffer};

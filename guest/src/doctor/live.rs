@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use p2p_shared::report::bench::{Direction, Mode};
-use p2p_shared::ByteSize;
+use p2p_report::bench::{Direction, Mode};
+use p2p_topology::ByteSize;
 
 use super::Inputs;
 use crate::bench::host_plan::HostRoutes;
@@ -36,7 +36,7 @@ pub struct LiveOptions {
     /// `--host-plan`'s routes.
     pub host_routes: Option<HostRoutes>,
     /// `--baseline`'s file and report.
-    pub baseline: Option<(String, p2p_shared::report::bench::BenchReport)>,
+    pub baseline: Option<(String, p2p_report::bench::BenchReport)>,
 }
 
 /// Verifies every pair decided "enable" that CUDA sees, or each GPU with

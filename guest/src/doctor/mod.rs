@@ -3,20 +3,21 @@
 //! commands gather (probe's capability, cliques and driver answers, the
 //! verify core's data check, explain's NCCL transport, a short bench) beside
 //! the expected bare-metal figure of each pair's link
-//! ([`p2p_shared::bare_metal`]) or a baseline bench of the user's own, and
+//! ([`crate::doctor::bare_metal`]) or a baseline bench of the user's own, and
 //! gives a verdict per pair and for the VM: OK, SLOW (with the likely causes
-//! of its route, [`p2p_shared::pcie_cost::route_cost`]) or BROKEN, and the
+//! of its route, [`p2p_topology::pcie_cost::route_cost`]) or BROKEN, and the
 //! one next step.
 //!
 //! [`diagnose`] is pure: the live run ([`live`]) and recorded reports (the
 //! tests, `--recorded-*`) feed it the same [`Inputs`].
 
+mod bare_metal;
 pub mod live;
 mod pair;
 pub mod text;
 
-use p2p_shared::report::bench::{BenchReport, Direction, Mode};
-use p2p_shared::Bdf;
+use p2p_report::bench::{BenchReport, Direction, Mode};
+use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
 
 use crate::bench::host_plan::HostRoutes;
@@ -336,7 +337,7 @@ pub fn diagnose(inputs: &Inputs) -> DoctorReport {
     match (&inputs.bench, &inputs.bench_missing) {
         (Some(b), _) => checked.push(format!(
             "a verified copy-engine bench at {} ({} samples)",
-            p2p_shared::ByteSize(b.method.headline_bytes),
+            p2p_topology::ByteSize(b.method.headline_bytes),
             b.method.samples
         )),
         (None, Some(why)) if cuda => not_checked.push(NotChecked {

@@ -1,9 +1,9 @@
 //! Judging one GPU and one pair: the facts side by side, the expected
 //! figure, the ratio and the verdict with its reasons and causes.
 
-use p2p_shared::bare_metal::{self, Link};
-use p2p_shared::report::bench::{BenchReport, Direction, Mode};
-use p2p_shared::Bdf;
+use crate::doctor::bare_metal::{self, Link};
+use p2p_report::bench::{BenchReport, Direction, Mode};
+use p2p_topology::Bdf;
 
 use super::{
     bench_index, figure, DoctorGpu, DoctorPair, ExpectedFigure, Inputs, Measured, SelfCheck,
@@ -160,7 +160,7 @@ fn from_baseline(
             "the baseline's copy engine at {}{}",
             at.map_or_else(
                 || "its only size".into(),
-                |b| p2p_shared::ByteSize(b).to_string()
+                |b| p2p_topology::ByteSize(b).to_string()
             ),
             if (s, d) == (ia, ib) || (d, s) == (ia, ib) {
                 String::new()
@@ -277,12 +277,10 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
         let mismatch = e.mismatches.iter().find(|m| m.contains(&tag)).cloned();
         // A file NCCL's loader refuses is the cause, whatever the driver says.
         let mismatch = match e.loader_refusals.first() {
-            Some(r) if p.nccl.transport == p2p_shared::nccl_rules::Transport::Error => {
-                Some(format!(
-                    "NCCL refuses the topology file {} at initialisation: {r}",
-                    e.file.path.as_deref().unwrap_or("")
-                ))
-            }
+            Some(r) if p.nccl.transport == p2p_nccl::Transport::Error => Some(format!(
+                "NCCL refuses the topology file {} at initialisation: {r}",
+                e.file.path.as_deref().unwrap_or("")
+            )),
             _ => mismatch,
         };
         Some((p.nccl.transport, mismatch))
@@ -377,10 +375,10 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
         broken.push("a bench copy between the pair did not arrive whole".into());
     }
     match &nccl {
-        Some((p2p_shared::nccl_rules::Transport::Error, Some(m))) => {
+        Some((p2p_nccl::Transport::Error, Some(m))) => {
             broken.push(format!("NCCL will refuse to start: {m}"))
         }
-        Some((p2p_shared::nccl_rules::Transport::Error, None)) => broken.push(
+        Some((p2p_nccl::Transport::Error, None)) => broken.push(
             "NCCL will refuse to start: NVLink joins the pair but the driver will not peer it"
                 .into(),
         ),
@@ -447,7 +445,7 @@ pub fn judge(inputs: &Inputs, d: &PeerDecision) -> DoctorPair {
         }
         if let Some(cost) = host.and_then(|r| {
             let ats_both = route.starts_with("pcie-ats");
-            p2p_shared::pcie_cost::route_cost(r, ats_both)
+            p2p_topology::pcie_cost::route_cost(r, ats_both)
         }) {
             causes.push(cost.cause);
             ask.push(cost.ask_host);

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use p2p_shared::report::Table;
+use p2p_report::Table;
 
 use super::{DoctorReport, Verdict};
 

@@ -1,18 +1,18 @@
 //! `p2p-guest nccl-topo explain`: the facts NCCL takes from this VM (GPUs,
 //! their sysfs places, NICs, NVLinks, the CPU, the variables and nccl.conf),
 //! the file it will load, and NCCL's verdicts on them
-//! ([`p2p_shared::nccl_rules`]), set against the driver's decisions.
+//! ([`p2p_nccl`]), set against the driver's decisions.
 
 use std::fs;
 use std::path::PathBuf;
 
-use p2p_shared::nccl_rules::env::{parse_conf, Setting};
-use p2p_shared::nccl_rules::loader::LoaderRefusal;
-use p2p_shared::nccl_rules::{
-    self, CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, PairVerdict, TopoXml, Transport, VmFacts,
+use p2p_nccl::env::{parse_conf, Setting};
+use p2p_nccl::loader::LoaderRefusal;
+use p2p_nccl::{
+    CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, PairVerdict, TopoXml, Transport, VmFacts,
     VmFunction,
 };
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
 
 use super::loader::{loader_refusals, refused_pairs};
@@ -308,16 +308,16 @@ pub fn mismatches(pairs: &[ExplainedPair], file: &FileChoice) -> Vec<String> {
 pub fn against_dump(
     dump: &str,
     facts: &VmFacts,
-    pred: &nccl_rules::Prediction,
-) -> Result<Vec<String>, nccl_rules::TopoXmlError> {
-    let xml = nccl_rules::parse(dump)?;
+    pred: &p2p_nccl::Prediction,
+) -> Result<Vec<String>, p2p_nccl::TopoXmlError> {
+    let xml = p2p_nccl::parse(dump)?;
     let mut f = facts.clone();
     f.nics.clear();
     f.nvlinks = None;
-    let eff = nccl_rules::effective(Some(&xml), &f);
+    let eff = p2p_nccl::effective(Some(&xml), &f);
     let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
-    let theirs = nccl_rules::predict(
-        &nccl_rules::Graph::build(&eff.xml),
+    let theirs = p2p_nccl::predict(
+        &p2p_nccl::Graph::build(&eff.xml),
         &NcclEnv::default(),
         &order,
         &|_, _| DriverP2p::Allowed,
@@ -385,16 +385,16 @@ pub fn for_vm(inputs: &ExplainInputs, probe: &ProbeReport) -> Result<ExplainRepo
                 report.loader_refusals = refusals;
                 return Ok(report);
             }
-            Some(nccl_rules::parse(&text).map_err(|e| NcclTopoError::Io {
+            Some(p2p_nccl::parse(&text).map_err(|e| NcclTopoError::Io {
                 path: PathBuf::from(path),
                 why: e.to_string(),
             })?)
         }
     };
-    let eff = nccl_rules::effective(xml.as_ref(), &facts);
-    let graph = nccl_rules::Graph::build(&eff.xml);
+    let eff = p2p_nccl::effective(xml.as_ref(), &facts);
+    let graph = p2p_nccl::Graph::build(&eff.xml);
     let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
-    let pred = nccl_rules::predict(&graph, &env, &order, &|x, y| driver_answer(probe, x, y).0);
+    let pred = p2p_nccl::predict(&graph, &env, &order, &|x, y| driver_answer(probe, x, y).0);
     let pairs = beside_driver(pred.pairs, &|x, y| driver_answer(probe, x, y));
     let mut report =
         ExplainReport::new(choice, &env, decided_cpu(&eff.xml, &cpu), pairs, pred.gpus);

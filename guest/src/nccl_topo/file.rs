@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use p2p_shared::excerpt::{short, xml_syntax};
-use p2p_shared::hex::{self, HexWidth};
-use p2p_shared::nccl_topo::{NcclCpu, NcclPci, NcclSystem, MAX_PCI_DEPTH, NCCL_TOPO_VERSION};
-use p2p_shared::Bdf;
+use p2p_topology::excerpt::{short, xml_syntax};
+use p2p_topology::hex::{self, HexWidth};
+use p2p_topology::nccl_topo::{NcclCpu, NcclPci, NcclSystem, MAX_PCI_DEPTH, NCCL_TOPO_VERSION};
+use p2p_topology::Bdf;
 
 use super::NcclTopoError;
 

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use p2p_shared::hex::{self, HexWidth};
-use p2p_shared::topology::LinkInfo;
-use p2p_shared::Bdf;
+use p2p_topology::hex::{self, HexWidth};
+use p2p_topology::topology::LinkInfo;
+use p2p_topology::Bdf;
 
 use super::NcclTopoError;
 use crate::probe::sysfs::resolve_root;

@@ -1,12 +1,12 @@
-//! NCCL's loader ([`p2p_shared::nccl_rules::loader`]) on the file NCCL will
+//! NCCL's loader ([`p2p_nccl::loader`]) on the file NCCL will
 //! read, in this VM (its GPUs, nets and sysfs) or outside any: the refusals,
 //! and the verdicts when there are some (every pair `ERROR`).
 
 use std::path::Path;
 
-use p2p_shared::nccl_rules::loader::{self, LoaderContext, LoaderRefusal};
-use p2p_shared::nccl_rules::{CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, VmFacts};
-use p2p_shared::Bdf;
+use p2p_nccl::loader::{self, LoaderContext, LoaderRefusal};
+use p2p_nccl::{CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, VmFacts};
+use p2p_topology::Bdf;
 
 use super::explain::ExplainedPair;
 

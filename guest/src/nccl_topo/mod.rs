@@ -11,10 +11,10 @@ pub mod vm_facts;
 
 use std::path::{Path, PathBuf};
 
-use p2p_shared::nccl_rules::loader::LoaderRefusal;
-use p2p_shared::nccl_rules::CpuIdentity;
-use p2p_shared::nccl_topo::{self, CliqueGpu, NcclSystem, FW_CFG_NAME};
-use p2p_shared::Bdf;
+use p2p_nccl::loader::LoaderRefusal;
+use p2p_nccl::CpuIdentity;
+use p2p_topology::nccl_topo::{self, CliqueGpu, NcclSystem, FW_CFG_NAME};
+use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
 
 pub use file::parse;

@@ -5,8 +5,8 @@
 use std::fs;
 use std::path::Path;
 
-use p2p_shared::nccl_rules::{CpuIdentity, VmFacts, VmFunction, VmNic};
-use p2p_shared::Bdf;
+use p2p_nccl::{CpuIdentity, VmFacts, VmFunction, VmNic};
+use p2p_topology::Bdf;
 
 use super::functions::read_functions;
 use super::NcclTopoError;

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 
 use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus};
 use nvml_wrapper::Nvml;
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
 
 /// One GPU's NVLinks.

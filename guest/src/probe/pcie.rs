@@ -4,7 +4,7 @@
 //! Firecracker keep a hidden extended capability's place in the list with
 //! its ID zeroed), so the guest's view can differ from the host's `check`.
 
-use p2p_shared::pci::ConfigSpace;
+use p2p_topology::pci::ConfigSpace;
 use serde::{Deserialize, Serialize};
 
 /// What the guest sees of ATS (extended capability 0x000F).

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use p2p_shared::report::Table;
-use p2p_shared::{Bdf, CudaOrdinal};
+use p2p_report::Table;
+use p2p_topology::{Bdf, CudaOrdinal};
 use serde::{Deserialize, Serialize};
 
 use super::hypervisor::HypervisorInfo;

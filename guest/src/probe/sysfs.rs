@@ -4,11 +4,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use p2p_shared::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
-use p2p_shared::hex::{self, HexError, HexWidth};
-use p2p_shared::pci::{ConfigSpace, CONFIG_LEGACY_LEN};
-use p2p_shared::select::NVIDIA_VENDOR;
-use p2p_shared::{Bdf, Clique};
+use p2p_topology::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
+use p2p_topology::hex::{self, HexError, HexWidth};
+use p2p_topology::pci::{ConfigSpace, CONFIG_LEGACY_LEN};
+use p2p_topology::select::NVIDIA_VENDOR;
+use p2p_topology::{Bdf, Clique};
 use serde::{Deserialize, Serialize};
 
 /// Why the guest's sysfs could not be read.
@@ -41,8 +41,8 @@ pub enum CapabilityState {
     /// A valid capability: the driver would read this clique.
     Present {
         /// Config-space offset of the capability's header.
-        #[serde(with = "p2p_shared::hex::u8")]
-        #[schemars(with = "p2p_shared::hex::Hex")]
+        #[serde(with = "p2p_topology::hex::u8")]
+        #[schemars(with = "p2p_topology::hex::Hex")]
         offset: u8,
         /// The clique the capability names.
         clique: Clique,
@@ -53,8 +53,8 @@ pub enum CapabilityState {
     /// reject it (bad signature, version != 0, wrong length).
     Invalid {
         /// Config-space offset of the suspect capability.
-        #[serde(with = "p2p_shared::hex::u8")]
-        #[schemars(with = "p2p_shared::hex::Hex")]
+        #[serde(with = "p2p_topology::hex::u8")]
+        #[schemars(with = "p2p_topology::hex::Hex")]
         offset: u8,
         /// Why the driver would reject it.
         why: String,
@@ -105,14 +105,14 @@ pub struct GuestGpu {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BtsState {
     /// Config-space offset of the BTS capability's header.
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub offset: u8,
     /// Bit 0 of its upper 16 bits: PCIe egress poison enable.
     pub egress_poison: bool,
     /// The upper 16 bits as found.
-    #[serde(with = "p2p_shared::hex::u16")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u16")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub upper: u16,
 }
 

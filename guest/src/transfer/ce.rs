@@ -3,8 +3,8 @@
 //! call takes the driver's own staged path (`driver`), as an application
 //! without P2P gets it.
 
-use p2p_shared::report::bench::Mode;
-use p2p_shared::GpuIndex;
+use p2p_report::bench::Mode;
+use p2p_topology::GpuIndex;
 
 use super::{Hold, Leg, Needs, PeerAccess, TransferMethod};
 use crate::cuda::rig::{Lane, Rig};

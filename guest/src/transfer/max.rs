@@ -6,8 +6,8 @@
 //! its fastest part alone (small copies, where joining several streams costs
 //! more than the engines bring), that part moves the whole copy.
 
-use p2p_shared::report::bench::{Mode, TransferPart, GB};
-use p2p_shared::GpuIndex;
+use p2p_report::bench::{Mode, TransferPart, GB};
+use p2p_topology::GpuIndex;
 
 use super::{copies_for, timed, Hold, Leg, Needs, PeerAccess, TransferMethod};
 use crate::cuda::rig::{Lane, Rig};

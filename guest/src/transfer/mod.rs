@@ -10,8 +10,8 @@ mod max;
 mod sm;
 mod staged;
 
-use p2p_shared::report::bench::{Mode, TransferPart};
-use p2p_shared::{ByteSize, GpuIndex};
+use p2p_report::bench::{Mode, TransferPart};
+use p2p_topology::{ByteSize, GpuIndex};
 
 use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::rig::{Lane, Rig};

@@ -1,8 +1,8 @@
 //! SM copies: the copy kernel on the destination GPU reading the peer's
 //! memory (`sm-read`), or on the source GPU writing it (`sm-write`).
 
-use p2p_shared::report::bench::Mode;
-use p2p_shared::GpuIndex;
+use p2p_report::bench::Mode;
+use p2p_topology::GpuIndex;
 
 use super::{Hold, Leg, Needs, PeerAccess, TransferMethod};
 use crate::cuda::rig::{Lane, Rig};

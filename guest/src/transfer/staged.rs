@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use cudarc::driver::CudaEvent;
-use p2p_shared::report::bench::Mode;
-use p2p_shared::{ByteSize, GpuIndex};
+use p2p_report::bench::Mode;
+use p2p_topology::{ByteSize, GpuIndex};
 
 use super::{Hold, Leg, Needs, PeerAccess, TransferMethod};
 use crate::cuda::memory::PinnedBuffer;

@@ -45,7 +45,7 @@ fn exit_status(e: &anyhow::Error) -> i32 {
         78
     } else if e
         .chain()
-        .any(|c| c.is::<p2p_shared::chooser::ChooseError>())
+        .any(|c| c.is::<p2p_allocation::chooser::ChooseError>())
     {
         REFUSED
     } else {

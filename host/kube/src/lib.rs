@@ -5,8 +5,8 @@
 //! code they share ([`grpc`]). Each starts its own async runtime when run, so
 //! the `p2p-host` commands that need no cluster start none; this crate is
 //! linked by the `p2p-host` binary alone. Host I/O it does not own (the sysfs
-//! scan, the libvirt domain) reaches it through the traits of p2p-shared
-//! ([`p2p_shared::TopologyReader`]) and of [`kubevirt_plugin`].
+//! scan, the libvirt domain) reaches it through the traits of p2p-topology
+//! ([`p2p_topology::TopologyReader`]) and of [`kubevirt_plugin`].
 
 pub mod device_plugin;
 pub mod dra_driver;

@@ -2,9 +2,9 @@
 
 use std::io;
 
-use p2p_shared::capability::CapabilityError;
-use p2p_shared::pci::{ConfigError, WalkError};
-use p2p_shared::Clique;
+use p2p_topology::capability::CapabilityError;
+use p2p_topology::pci::{ConfigError, WalkError};
+use p2p_topology::Clique;
 
 use super::placement::RejectedSlot;
 

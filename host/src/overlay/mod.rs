@@ -34,7 +34,7 @@
 //!
 //! ```
 //! use p2p_host::overlay::{ConfigOverlay, OverlayOptions, PhysicalConfig};
-//! use p2p_shared::Clique;
+//! use p2p_topology::Clique;
 //!
 //! // A captured config: NVIDIA 3D controller, one capability (power management at 0x40).
 //! // A real VMM implements PhysicalConfig for its VFIO device instead.
@@ -81,8 +81,8 @@ mod tests;
 
 use std::io;
 
-use p2p_shared::pci::CONFIG_LEGACY_LEN;
-use p2p_shared::Clique;
+use p2p_topology::pci::CONFIG_LEGACY_LEN;
+use p2p_topology::Clique;
 
 pub use error::OverlayError;
 pub use patch::ConfigPatch;

@@ -1,7 +1,7 @@
 //! The bits the overlay owns, byte by byte, and the same as dword patches for
 //! VMMs that emulate config space themselves.
 
-use p2p_shared::pci::CONFIG_LEGACY_LEN;
+use p2p_topology::pci::CONFIG_LEGACY_LEN;
 use serde::Serialize;
 
 /// Bits of one config dword that the overlay owns: read-only to the guest,
@@ -11,16 +11,16 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 pub struct ConfigPatch {
     /// Dword-aligned config offset (`offset % 4 == 0`).
-    #[serde(with = "p2p_shared::hex::u16")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u16")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub offset: u16,
     /// Bits the overlay owns (little-endian dword, as a 32-bit config read returns it).
-    #[serde(with = "p2p_shared::hex::u32")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u32")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub mask: u32,
     /// Their values; bits outside `mask` are zero.
-    #[serde(with = "p2p_shared::hex::u32")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u32")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub value: u32,
 }
 

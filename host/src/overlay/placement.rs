@@ -14,9 +14,9 @@
 
 use std::fmt;
 
-use p2p_shared::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
-use p2p_shared::pci::{CapabilityEntry, ConfigSpace, CONFIG_HEADER_LEN, CONFIG_LEGACY_LEN};
-use p2p_shared::Clique;
+use p2p_topology::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR_SPECIFIC_ID};
+use p2p_topology::pci::{CapabilityEntry, ConfigSpace, CONFIG_HEADER_LEN, CONFIG_LEGACY_LEN};
+use p2p_topology::Clique;
 use serde::Serialize;
 
 use super::error::OverlayError;
@@ -52,16 +52,16 @@ pub enum PlacementAction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BytePatch {
     /// Config offset of the byte.
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub offset: u8,
     /// Its value in the physical config space.
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub old: u8,
     /// Its value in the virtual config space the guest reads.
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub new: u8,
 }
 
@@ -69,12 +69,12 @@ pub struct BytePatch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LinkedAfter {
     /// Its capability id.
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub id: u8,
     /// Its offset.
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub offset: u8,
     /// Its next pointer (at `offset + 1`): the old value (0, or reserved bits
     /// only) and the new one (the capability's offset).
@@ -102,8 +102,8 @@ pub enum SlotConflict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RejectedSlot {
     /// Config offset of the 8-byte slot (dword-aligned).
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub offset: u8,
     /// What occupies it.
     pub conflict: SlotConflict,
@@ -132,9 +132,9 @@ impl fmt::Display for RejectedSlot {
                 c.end(),
                 c.len,
                 match c.len_source {
-                    p2p_shared::pci::LenSource::Spec => "length from the spec",
-                    p2p_shared::pci::LenSource::SelfDescribed => "length it states",
-                    p2p_shared::pci::LenSource::UpToNext =>
+                    p2p_topology::pci::LenSource::Spec => "length from the spec",
+                    p2p_topology::pci::LenSource::SelfDescribed => "length it states",
+                    p2p_topology::pci::LenSource::UpToNext =>
                         "unknown layout, up to the next capability",
                 }
             ),
@@ -158,8 +158,8 @@ pub struct Placement {
     /// Whether the capability is injected or was already there with this clique.
     pub action: PlacementAction,
     /// Offset of the capability in config space.
-    #[serde(with = "p2p_shared::hex::u8")]
-    #[schemars(with = "p2p_shared::hex::Hex")]
+    #[serde(with = "p2p_topology::hex::u8")]
+    #[schemars(with = "p2p_topology::hex::Hex")]
     pub offset: u8,
     /// The clique the capability names; the NVIDIA driver enables P2P only within one.
     pub clique: Clique,
@@ -177,8 +177,8 @@ pub struct Placement {
     pub rejected: Vec<RejectedSlot>,
     /// Offset of the driver's BTS capability (signature "BTS"), which the
     /// overlay keeps intact, when the list has one.
-    #[serde(with = "p2p_shared::hex::opt_u8")]
-    #[schemars(with = "Option<p2p_shared::hex::Hex>")]
+    #[serde(with = "p2p_topology::hex::opt_u8")]
+    #[schemars(with = "Option<p2p_topology::hex::Hex>")]
     pub bts_offset: Option<u8>,
 }
 

@@ -9,10 +9,10 @@
 
 use std::path::Path;
 
-use p2p_shared::pci::{cap_id, ConfigSpace};
+use p2p_topology::pci::{cap_id, ConfigSpace};
 
 use super::error::ServeError;
-use p2p_shared::ByteSize;
+use p2p_topology::ByteSize;
 
 /// Config offset of the first BAR register.
 pub const BAR0_OFFSET: usize = 0x10;

@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io;
 
-use p2p_shared::Clique;
+use p2p_topology::Clique;
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, vfio_region_sparse_mmap_area, VFIO_DMA_UNMAP_FLAG_ALL,
     VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,

@@ -20,7 +20,7 @@ pub const RESOURCE_MAX: u64 = 4096;
 
 /// How serve quotes a text it was given: the project's one rule for untrusted
 /// text in messages (at most [`QUOTE_MAX`] characters, then `...` and the length).
-pub use p2p_shared::excerpt::{short as quote, QUOTE_MAX};
+pub use p2p_topology::excerpt::{short as quote, QUOTE_MAX};
 
 /// The first [`QUOTE_MAX`] characters of `s` and `...`, for a message that
 /// says the length itself (`s` is longer than that).

@@ -21,7 +21,7 @@
 //! ```no_run
 //! use p2p_host::overlay::OverlayOptions;
 //! use p2p_host::serve::{self, CaptureFiles, CapturedGpu, ServedGpu};
-//! use p2p_shared::Clique;
+//! use p2p_topology::Clique;
 //!
 //! let files = CaptureFiles { config: "capture/0000:00:06.0/config".into(), resource: None };
 //! let (gpu, scaled) = CapturedGpu::open(&files, Some(256 << 20))?;

@@ -8,7 +8,7 @@
 //! layout, capability headers and capability registers hardware makes
 //! read-only from changing. Everything else the guest may write and read back.
 
-use p2p_shared::pci::{cap_id, ConfigSpace, CONFIG_LEGACY_LEN};
+use p2p_topology::pci::{cap_id, ConfigSpace, CONFIG_LEGACY_LEN};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_INFO_AUTOMASKED, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE, VFIO_IRQ_INFO_NORESIZE,
 };

@@ -6,8 +6,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use p2p_shared::ByteSize;
-use p2p_shared::{Bdf, Clique};
+use p2p_topology::ByteSize;
+use p2p_topology::{Bdf, Clique};
 
 use super::error::{ServeError, SpecError, SpecFileError};
 use super::limits::SOCKET_PATH_MAX;

@@ -4,7 +4,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use p2p_shared::hex::{self, HexWidth};
+use p2p_topology::hex::{self, HexWidth};
 
 use super::scan::ScanError;
 

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use p2p_shared::{GpuSelector, Topology, TopologyReadError, TopologyReader};
+use p2p_topology::{GpuSelector, Topology, TopologyReadError, TopologyReader};
 
 use super::{scan, SysfsRoot};
 use crate::nvlink::{self, NvLinkOptions, NvmlTimings};
@@ -16,7 +16,7 @@ use crate::nvlink::{self, NvLinkOptions, NvmlTimings};
 ///
 /// ```
 /// use p2p_host::sysfs::SysfsReader;
-/// use p2p_shared::{GpuSelector, TopologyReader};
+/// use p2p_topology::{GpuSelector, TopologyReader};
 ///
 /// let reader = SysfsReader::pci_only(GpuSelector::Nvidia);
 /// let err = reader.read("/nonexistent".as_ref()).unwrap_err();

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use p2p_shared::pci::{ConfigSpace, PciePortType, CONFIG_EXTENDED_LEN, CONFIG_LEGACY_LEN};
-use p2p_shared::topology::{AcsState, HostBridge, LinkInfo, NumaNode, PciFunction, Topology};
-use p2p_shared::Bdf;
+use p2p_topology::pci::{ConfigSpace, PciePortType, CONFIG_EXTENDED_LEN, CONFIG_LEGACY_LEN};
+use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, NumaNode, PciFunction, Topology};
+use p2p_topology::Bdf;
 
 use super::attrs;
 use super::resolve::Resolver;
@@ -165,7 +165,7 @@ pub fn scan(root: &SysfsRoot) -> Result<Topology, ScanError> {
     let mut bridges: BTreeMap<String, HostBridge> = BTreeMap::new();
     let mut truncated = Vec::new();
     for (loc, f) in located.iter().zip(functions) {
-        if f.config_len < p2p_shared::pci::CONFIG_LEGACY_LEN {
+        if f.config_len < p2p_topology::pci::CONFIG_LEGACY_LEN {
             truncated.push(f.bdf);
         }
         let hb = bridges
@@ -332,11 +332,11 @@ fn read_function(loc: &Located) -> Result<PciFunction, ScanError> {
         raw = attrs::config(dir, CONFIG_EXTENDED_LEN)?;
     }
     let cfg = ConfigSpace::new(&raw).map_err(|e| match e {
-        p2p_shared::pci::ConfigError::ShorterThanHeader(len) => ScanError::TruncatedConfig {
+        p2p_topology::pci::ConfigError::ShorterThanHeader(len) => ScanError::TruncatedConfig {
             path: dir.join("config"),
             len,
         },
-        p2p_shared::pci::ConfigError::NoFunction => ScanError::DeadFunction {
+        p2p_topology::pci::ConfigError::NoFunction => ScanError::DeadFunction {
             path: dir.join("config"),
         },
     })?;

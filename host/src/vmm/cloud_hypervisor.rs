@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
-use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{DeviceRole, GuestTopology};
-use p2p_shared::Bdf;
+use p2p_allocation::clique::CliquePlan;
+use p2p_topology::guest_layout::{DeviceRole, GuestTopology};
+use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
 
 /// The sysfs path Cloud Hypervisor opens for a VFIO device.

@@ -5,8 +5,8 @@
 
 use std::fmt::Write;
 
-use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{DeviceRole, GuestTopology};
+use p2p_allocation::clique::CliquePlan;
+use p2p_topology::guest_layout::{DeviceRole, GuestTopology};
 
 /// The device key that carries the clique; Incus takes 0..=15, as QEMU does.
 pub const CLIQUE_KEY: &str = "nvidia.clique";

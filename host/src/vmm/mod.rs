@@ -14,11 +14,11 @@ pub mod libvirt;
 pub mod proxmox;
 pub mod qemu;
 
-use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology};
-use p2p_shared::nccl_topo;
-use p2p_shared::report::PlanReport;
-use p2p_shared::Topology;
+use p2p_allocation::clique::CliquePlan;
+use p2p_report::PlanReport;
+use p2p_topology::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology};
+use p2p_topology::nccl_topo;
+use p2p_topology::Topology;
 
 /// The configuration formats `p2p-host plan --emit` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

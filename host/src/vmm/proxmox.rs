@@ -35,10 +35,10 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{DeviceRole, GuestDevice, GuestTopology};
-use p2p_shared::iommu_groups::GroupUse;
-use p2p_shared::Bdf;
+use p2p_allocation::clique::CliquePlan;
+use p2p_topology::guest_layout::{DeviceRole, GuestDevice, GuestTopology};
+use p2p_topology::iommu_groups::GroupUse;
+use p2p_topology::Bdf;
 
 use super::libvirt::CLIQUE_PROPERTY;
 use super::EmitError;

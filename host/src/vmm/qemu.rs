@@ -4,14 +4,14 @@
 
 use std::fmt::Write;
 
-use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{GuestDevice, GuestLayout, GuestPort, GuestTopology, PortKind};
-use p2p_shared::nccl_topo::FW_CFG_NAME;
+use p2p_allocation::clique::CliquePlan;
+use p2p_topology::guest_layout::{GuestDevice, GuestLayout, GuestPort, GuestTopology, PortKind};
+use p2p_topology::nccl_topo::FW_CFG_NAME;
 
 use super::EmitOptions;
 
 /// The `-device` argument for one GPU, as QEMU's option parser takes it.
-pub fn device_arg(host: &p2p_shared::Bdf, id: &str, clique: u8) -> String {
+pub fn device_arg(host: &p2p_topology::Bdf, id: &str, clique: u8) -> String {
     format!("vfio-pci,host={host},id={id},x-nv-gpudirect-clique={clique}")
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use p2p_host::overlay::OverlayOptions;
 use p2p_host::serve::wire::{cmd, Header, FLAG_ERROR, HEADER_LEN, TYPE_REPLY};
 use p2p_host::serve::{self, CaptureFiles, CapturedGpu, ServeEvent, ServeHandle, ServedGpu};
-use p2p_shared::Clique;
+use p2p_topology::Clique;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 /// The repository's tests/fixtures directory (found from the package's own

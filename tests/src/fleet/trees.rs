@@ -20,9 +20,9 @@ use std::process::Command;
 
 use p2p_host::nvlink::NvLinkOptions;
 use p2p_host::sysfs::{SysfsReader, SysfsRoot};
-use p2p_shared::bdf::Bdf;
-use p2p_shared::classify::{classify, PathClass};
-use p2p_shared::select::GpuSelector;
+use p2p_topology::bdf::Bdf;
+use p2p_topology::classify::{classify, PathClass};
+use p2p_topology::select::GpuSelector;
 use serde_json::Value;
 
 /// A pair's class as the figures count it: `nvidia-smi topo -m`'s, NVLink

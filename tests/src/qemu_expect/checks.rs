@@ -2,11 +2,11 @@
 
 use std::collections::BTreeSet;
 
-use p2p_shared::classify::{PairPath, PathClass, PeerRoute};
-use p2p_shared::pci::PciePortType;
-use p2p_shared::report::TopoReport;
-use p2p_shared::topology::AcsState;
-use p2p_shared::{Bdf, Topology};
+use p2p_report::TopoReport;
+use p2p_topology::classify::{PairPath, PathClass, PeerRoute};
+use p2p_topology::pci::PciePortType;
+use p2p_topology::topology::AcsState;
+use p2p_topology::{Bdf, Topology};
 
 use super::*;
 use Meet::{HostBridges, RootComplex, Sockets, Switch, UnknownNuma};

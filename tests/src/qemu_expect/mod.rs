@@ -22,8 +22,8 @@
 //!   ports have none. Linux sets control 0x001d on the root ports when an
 //!   IOMMU is present, 0 otherwise.
 
-use p2p_shared::classify::PathClass;
-use p2p_shared::Bdf;
+use p2p_topology::classify::PathClass;
+use p2p_topology::Bdf;
 
 /// A "GPU" (QEMU NVMe controller) as the command line places it.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,7 @@
 //! The expectation tables: where the QEMU command lines of
 //! `scripts/qemu/boot.sh` put every "GPU", and the class of every pair.
 
-use p2p_shared::PathClass;
+use p2p_topology::PathClass;
 
 use super::{p, Expect, Gpu, Meet};
 use Meet::{HostBridges, RootComplex, Sockets, Switch, UnknownNuma};

@@ -21,7 +21,7 @@ use render::{check_picture, FONT};
 
 #[test]
 fn font_table_matches_dejavu_sans() {
-    use p2p_shared::picture::font;
+    use p2p_report::picture::font;
     let data = std::fs::read(FONT)
         .unwrap_or_else(|e| panic!("{FONT}: {e}: install fonts-dejavu-core (scripts/setup.sh)"));
     let face = ttf_parser::Face::parse(&data, 0).unwrap();
@@ -38,7 +38,7 @@ fn font_table_matches_dejavu_sans() {
         })
         .collect();
     if std::env::var_os("VP2P_WRITE_FONT_TABLE").is_some() {
-        let path = repo_root().join("shared/src/picture/font.rs");
+        let path = repo_root().join("shared/report/src/picture/font.rs");
         let text = std::fs::read_to_string(&path).unwrap();
         let (head, rest) = text.split_once("    // generated: begin\n").unwrap();
         let (_, tail) = rest.split_once("    // generated: end").unwrap();

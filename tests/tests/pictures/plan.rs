@@ -91,7 +91,7 @@ fn plan_picture_colours_are_the_plans_cliques() {
                 } else {
                     assert_eq!(
                         s.fill,
-                        p2p_shared::picture::topo::GREY_FILL,
+                        p2p_report::picture::topo::GREY_FILL,
                         "{what}: {bdf} in no VM is not grey"
                     );
                 }

@@ -60,7 +60,7 @@ pub(crate) fn render(svg: &str, what: &str) -> Rendered {
     opt.fontdb_mut().load_font_data(font);
     // plotters' chart in compare's picture asks for the generic family.
     opt.fontdb_mut()
-        .set_sans_serif_family(p2p_shared::picture::font::FONT_FAMILY);
+        .set_sans_serif_family(p2p_report::picture::font::FONT_FAMILY);
     let tree = resvg::usvg::Tree::from_str(svg, &opt)
         .unwrap_or_else(|e| panic!("{what}: usvg refuses it: {e}"));
     let size = tree.size().to_int_size();

@@ -6,10 +6,10 @@ use crate::render::{check_picture, device_bdfs, has_text};
 /// lays them out (2 sockets x 2 host bridges x 2 switches, 2 GPUs and 2 NICs
 /// per switch), with links, ACS on the downstream ports, and NVLink within
 /// each 8-GPU baseboard (NV18, as on the H200s).
-fn sixteen_gpu_host() -> p2p_shared::Topology {
-    use p2p_shared::pci::{Acs, AcsFlags, PciePortType::*};
-    use p2p_shared::topology::*;
-    use p2p_shared::Bdf;
+fn sixteen_gpu_host() -> p2p_topology::Topology {
+    use p2p_topology::pci::{Acs, AcsFlags, PciePortType::*};
+    use p2p_topology::topology::*;
+    use p2p_topology::Bdf;
     let mut t = Topology::default();
     let mut group = 0;
     let link = |w: u8, s: &str| LinkInfo {
@@ -126,14 +126,14 @@ fn sixteen_gpu_host() -> p2p_shared::Topology {
 
 #[test]
 fn sixteen_gpus_and_sixteen_nics_fit_without_overlap_and_stay_small() {
-    use p2p_shared::clique::{plan_cliques, MaxLevel};
-    use p2p_shared::guest_layout::GuestLayout;
-    use p2p_shared::report::{PlanReport, TopoReport};
-    use p2p_shared::{GpuSelector, PathClass};
+    use p2p_allocation::clique::{plan_cliques, MaxLevel};
+    use p2p_report::{PlanReport, TopoReport};
+    use p2p_topology::guest_layout::GuestLayout;
+    use p2p_topology::{GpuSelector, PathClass};
     let topo = sixteen_gpu_host();
     let report = TopoReport::build(&topo, &GpuSelector::Nvidia, "generated 16-GPU host");
     assert_eq!((report.gpus.len(), report.nics.len()), (16, 16));
-    let svg = p2p_shared::picture::topo_svg(&topo, &report, "generated");
+    let svg = p2p_report::picture::topo_svg(&topo, &report, "generated");
     let r = check_picture(&svg, "topo 16 GPUs");
     for bdf in device_bdfs(&serde_json::to_value(&report).unwrap()) {
         assert!(has_text(&r, &bdf), "{bdf} is no text");
@@ -160,7 +160,7 @@ fn sixteen_gpus_and_sixteen_nics_fit_without_overlap_and_stay_small() {
         Vec::new(),
         Vec::new(),
     );
-    let svg = p2p_shared::picture::plan::plan_svg(&topo, &report, &plan, "generated");
+    let svg = p2p_report::picture::plan::plan_svg(&topo, &report, &plan, "generated");
     let r = check_picture(&svg, "plan 16 GPUs");
     println!(
         "16 GPUs + 16 NICs: plan picture {} bytes, {} texts",

@@ -173,7 +173,7 @@ fn a_narrowed_link_is_marked_in_an_edited_copy_only() {
     let doc = roxmltree::Document::parse(&svg).unwrap();
     let red = doc
         .descendants()
-        .filter(|n| n.attribute("fill") == Some(p2p_shared::picture::topo::RED))
+        .filter(|n| n.attribute("fill") == Some(p2p_report::picture::topo::RED))
         .any(|n| n.text() == Some("x1 of x4, narrowed"));
     assert!(red, "the narrowed width is not drawn in red");
 }

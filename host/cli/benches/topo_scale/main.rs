@@ -47,8 +47,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use p2p_host::sysfs::{self, SysfsRoot};
-use p2p_shared::report::TopoReport;
-use p2p_shared::GpuSelector;
+use p2p_report::TopoReport;
+use p2p_topology::GpuSelector;
 
 use tree::{build, check_classes, Sources};
 
@@ -333,7 +333,7 @@ fn main() {
     let root = SysfsRoot::new(&tree).unwrap();
     let topo = sysfs::scan(&root).unwrap();
     let t0 = Instant::now();
-    let picture = p2p_shared::picture::topo_svg(&topo, &report, "topo_scale tree");
+    let picture = p2p_report::picture::topo_svg(&topo, &report, "topo_scale tree");
     let drew = t0.elapsed();
     let _ = writeln!(
         out,

@@ -5,8 +5,8 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use p2p_shared::report::TopoReport;
-use p2p_shared::PathClass;
+use p2p_report::TopoReport;
+use p2p_topology::PathClass;
 
 const CPUS: [&str; 2] = ["0-55,112-167", "56-111,168-223"];
 

@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use p2p_shared::chooser::{choose, Choice, Request};
-use p2p_shared::clique::MaxLevel;
-use p2p_shared::Bdf;
+use p2p_allocation::chooser::{choose, Choice, Request};
+use p2p_allocation::clique::MaxLevel;
+use p2p_report::TextReport;
+use p2p_topology::Bdf;
 use serde::Serialize;
 
 use super::plan::parse_level;

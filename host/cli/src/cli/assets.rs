@@ -14,7 +14,7 @@ pub struct AssetsArgs {
 }
 
 pub fn run(args: AssetsArgs) -> anyhow::Result<()> {
-    for asset in p2p_shared::cli_assets::all(super::Cli::command()) {
+    for asset in p2p_report::cli_assets::all(super::Cli::command()) {
         let path = args.out.join(&asset.path);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;

@@ -3,9 +3,9 @@
 use anyhow::Context;
 use clap::Args;
 use p2p_host::check::host_facts;
-use p2p_shared::check::{check, CheckReport, Verdict, Vmm};
-use p2p_shared::report::Table;
-use p2p_shared::Bdf;
+use p2p_report::Table;
+use p2p_topology::check::{check, CheckReport, Verdict, Vmm};
+use p2p_topology::Bdf;
 
 use super::plan::{vm_specs, VmSpec};
 use super::select::TopologyArgs;

@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 
 use anyhow::{bail, Context};
-use p2p_shared::chooser::{choose, parse_fmpm_list, Request};
-use p2p_shared::report::plan::VmChoice;
-use p2p_shared::{Bdf, GpuSelector, Role, Topology};
+use p2p_allocation::chooser::{choose, parse_fmpm_list, Request};
+use p2p_report::plan::VmChoice;
+use p2p_topology::{Bdf, GpuSelector, Role, Topology};
 
 use super::plan::{PlanArgs, VmSpec};
 

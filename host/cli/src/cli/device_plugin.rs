@@ -30,7 +30,7 @@ pub struct DevicePluginArgs {
     /// GetPreferredAllocation: farthest PCIe class that still shares a clique
     /// (pix, pxb, phb, node or sys), as `p2p-host allocate --max-level`.
     #[arg(long, value_name = "LEVEL", default_value = "phb", value_parser = super::plan::parse_level)]
-    max_level: p2p_shared::clique::MaxLevel,
+    max_level: p2p_allocation::clique::MaxLevel,
     /// GetPreferredAllocation: refuse when no N available GPUs are one clique
     /// (the kubelet then chooses by itself) instead of answering the nearest set.
     #[arg(long)]
@@ -58,7 +58,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<()> {
     // The tree read as `allocate` reads it (the scan, then NVLinks between
     // NVIDIA GPUs: the map, NVML on the live /sys, the NVSwitch heuristic),
     // so GetPreferredAllocation answers what `allocate` answers.
-    let reader = args.nvlinks.reader(p2p_shared::GpuSelector::Nvidia);
+    let reader = args.nvlinks.reader(p2p_topology::GpuSelector::Nvidia);
     device_plugin::run(Config {
         policy: device_plugin::Policy {
             max_level: args.max_level,

@@ -3,8 +3,8 @@
 
 use anyhow::Context;
 use p2p_host::vmm::libvirt::{self, Domain, FwCfgVia, NcclEntry, PatchOptions};
-use p2p_shared::nccl_topo;
-use p2p_shared::{Bdf, Role};
+use p2p_topology::nccl_topo;
+use p2p_topology::{Bdf, Role};
 
 use super::plan::{PlanArgs, VmSpec};
 

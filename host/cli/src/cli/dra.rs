@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use p2p_shared::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
+use p2p_allocation::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
+use p2p_report::TextReport;
 use serde_json::json;
 
 use super::select::TopologyArgs;
@@ -51,7 +52,7 @@ pub struct DriverArgs {
     /// Treat functions of this class as GPUs, any vendor (2, 4 or 6 hex
     /// digits); NVIDIA display controllers otherwise.
     #[arg(long, value_name = "PREFIX")]
-    gpu_class: Option<p2p_shared::select::ClassPrefix>,
+    gpu_class: Option<p2p_topology::select::ClassPrefix>,
     #[command(flatten)]
     nvlinks: super::select::NvLinkArgs,
     /// Fabric Manager's partition list (`fmpm -l` output): an
@@ -172,8 +173,8 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let selector = match args.gpu_class {
-        Some(prefix) => p2p_shared::GpuSelector::Class { prefix },
-        None => p2p_shared::GpuSelector::Nvidia,
+        Some(prefix) => p2p_topology::GpuSelector::Class { prefix },
+        None => p2p_topology::GpuSelector::Nvidia,
     };
     let reader = Arc::new(args.nvlinks.reader(selector.clone()));
     let mut s = Settings::new(

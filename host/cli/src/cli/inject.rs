@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use p2p_host::overlay::{ConfigOverlay, ConfigPatch, OverlayOptions, Placement, PlacementAction};
-use p2p_shared::Clique;
+use p2p_topology::Clique;
 use serde::Serialize;
 
 #[derive(Debug, Args)]
@@ -45,8 +45,8 @@ pub struct InjectReport<'a> {
     length: usize,
     placement: &'a Placement,
     /// The byte that now points to the capability (a next pointer or 0x34).
-    #[serde(with = "p2p_shared::hex::opt_u8")]
-    #[schemars(with = "Option<p2p_shared::hex::Hex>")]
+    #[serde(with = "p2p_topology::hex::opt_u8")]
+    #[schemars(with = "Option<p2p_topology::hex::Hex>")]
     pointer_offset: Option<u8>,
     cap_pointer_changed: bool,
     status_changed: bool,

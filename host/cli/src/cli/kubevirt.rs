@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 use p2p_host::vmm::libvirt::FwCfgVia;
-use p2p_shared::guest_layout::FirstSlot;
-use p2p_shared::select::ClassPrefix;
+use p2p_topology::guest_layout::FirstSlot;
+use p2p_topology::select::ClassPrefix;
 
 use super::domain::{patch, DomainPatch, NcclChoice};
 use super::kubevirt_plugin::PluginHookArgs;
@@ -173,7 +173,7 @@ fn annotations(vmi: &str, source: &str) -> anyhow::Result<BTreeMap<String, Strin
     let v: serde_json::Value = serde_json::from_str(vmi).map_err(|e| {
         anyhow!(
             "{source} is not JSON: {}",
-            p2p_shared::excerpt::json_error(&e)
+            p2p_topology::excerpt::json_error(&e)
         )
     })?;
     let Some(map) = v.pointer("/metadata/annotations") else {

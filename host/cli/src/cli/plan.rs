@@ -7,12 +7,14 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use p2p_allocation::clique::{plan_cliques, CliquePlan, MaxLevel};
 use p2p_host::vmm::{self, EmitFormat, EmitOptions};
-use p2p_shared::bdf::BdfParseError;
-use p2p_shared::clique::{plan_cliques, CliquePlan, MaxLevel};
-use p2p_shared::guest_layout::{self, DeviceRole, FirstSlot, GuestLayout, GuestTopology, VmDevice};
-use p2p_shared::report::PlanReport;
-use p2p_shared::{Bdf, GpuSelector, PathClass, Role, Topology};
+use p2p_report::PlanReport;
+use p2p_topology::bdf::BdfParseError;
+use p2p_topology::guest_layout::{
+    self, DeviceRole, FirstSlot, GuestLayout, GuestTopology, VmDevice,
+};
+use p2p_topology::{Bdf, GpuSelector, PathClass, Role, Topology};
 
 use super::domain::NcclChoice;
 use super::select::TopologyArgs;
@@ -129,7 +131,7 @@ fn parse_count(name: &str, list: &str) -> Result<Option<VmCount>, VmSpecError> {
 pub(super) fn parse_level(s: &str) -> Result<MaxLevel, String> {
     let class: PathClass = s
         .parse()
-        .map_err(|e: p2p_shared::classify::PathClassParseError| e.to_string())?;
+        .map_err(|e: p2p_topology::classify::PathClassParseError| e.to_string())?;
     MaxLevel::new(class).map_err(|e| e.to_string())
 }
 
@@ -267,7 +269,7 @@ impl PlanArgs {
             .zip(&devices)
             .map(|(s, d)| (s.name.as_str(), d.as_slice()))
             .collect();
-        let groups = p2p_shared::iommu_groups::check(topo, &vm_devices)?;
+        let groups = p2p_topology::iommu_groups::check(topo, &vm_devices)?;
         let mut report = PlanReport::new(source, self.max_level, plans, layout, guests, groups);
         report.choices = choices;
         Ok(report)
@@ -411,13 +413,13 @@ pub fn run(args: PlanCmd) -> anyhow::Result<()> {
     }
     let (report, topo) = args.plan.plan_with_topology()?;
     if let Some(path) = &args.svg {
-        let tree = p2p_shared::report::TopoReport::build(
+        let tree = p2p_report::TopoReport::build(
             &topo,
             &args.plan.topology.selector(),
             &report.sysfs_root,
         );
         let source = args.plan.topology.sysfs_root.display().to_string();
-        let picture = p2p_shared::picture::plan::plan_svg(&topo, &tree, &report, &source);
+        let picture = p2p_report::picture::plan::plan_svg(&topo, &tree, &report, &source);
         super::write_picture(path, &picture)?;
     }
     let opts = EmitOptions {

@@ -2,10 +2,10 @@
 //! prints, generated from the types that print it (docs/schemas holds them).
 
 use clap::Args;
-use p2p_shared::report::schema::Document;
+use p2p_report::schema::Document;
 use schemars::schema_for;
 
-use p2p_shared::report::{PlanReport, TopoReport};
+use p2p_report::{PlanReport, TopoReport};
 
 use super::allocate::AllocateReport;
 use super::apply::ApplyReport;
@@ -37,13 +37,13 @@ pub fn documents() -> Vec<Document> {
         (
             "check",
             "vp2p.check/1",
-            schema_for!(p2p_shared::check::CheckReport),
+            schema_for!(p2p_topology::check::CheckReport),
         ),
     ]
 }
 
 pub fn run(args: SchemaArgs) -> anyhow::Result<()> {
-    let text = p2p_shared::report::schema::render(&documents(), args.name.as_deref())?;
+    let text = p2p_report::schema::render(&documents(), args.name.as_deref())?;
     print!("{text}");
     Ok(())
 }

@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use p2p_allocation::chooser::{parse_fmpm_list, FmPartition};
 use p2p_host::nvlink::NvLinkOptions;
 use p2p_host::sysfs::{ReadTimings, SysfsReader, SysfsRoot};
 use p2p_host_io::read_limited;
-use p2p_shared::chooser::{parse_fmpm_list, FmPartition};
-use p2p_shared::select::ClassPrefix;
-use p2p_shared::{Bdf, GpuSelector, Topology};
+use p2p_topology::select::ClassPrefix;
+use p2p_topology::{Bdf, GpuSelector, Topology};
 
 /// Where the topology comes from and which functions are GPUs.
 #[derive(Debug, Clone, Args)]

@@ -15,8 +15,8 @@ use p2p_host::serve::{
     RegionIndex, ServeError, ServeEvent, ServeHandle, ServedGpu, SocketMode, SourcedSpec,
     SpecOrigin, VfioGpu,
 };
-use p2p_shared::ByteSize;
-use p2p_shared::Clique;
+use p2p_topology::ByteSize;
+use p2p_topology::Clique;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 

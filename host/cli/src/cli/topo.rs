@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use p2p_host::sysfs::ReadTimings;
-use p2p_shared::report::{NicRows, Table, TopoReport};
+use p2p_report::{NicRows, Table, TopoReport};
 
 use super::select::TopologyArgs;
 
@@ -49,7 +49,7 @@ pub fn run(args: TopoArgs) -> anyhow::Result<()> {
     let config_reads = t.elapsed();
     let t = Instant::now();
     if let Some(path) = &args.svg {
-        let picture = p2p_shared::picture::topo_svg(
+        let picture = p2p_report::picture::topo_svg(
             &topo,
             &report,
             &args.topology.sysfs_root.display().to_string(),

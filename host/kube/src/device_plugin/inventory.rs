@@ -6,9 +6,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use p2p_shared::chooser::{choose, ChooseError, FmPartition, Request};
-use p2p_shared::clique::MaxLevel;
-use p2p_shared::{Bdf, GpuSelector, Role, Topology, TopologyReadError, TopologyReader};
+use p2p_allocation::chooser::{choose, ChooseError, FmPartition, Request};
+use p2p_allocation::clique::MaxLevel;
+use p2p_topology::{Bdf, GpuSelector, Role, Topology, TopologyReadError, TopologyReader};
 
 use super::api::{self, ContainerAllocateResponse, Device, DeviceSpec, NumaNode, TopologyInfo};
 use crate::grpc::quote;

@@ -32,7 +32,7 @@ pub struct Config {
     /// The sysfs tree the GPUs and their health are read from.
     pub sysfs_root: PathBuf,
     /// How the tree is read (p2p-host's sysfs scan).
-    pub reader: std::sync::Arc<dyn p2p_shared::TopologyReader>,
+    pub reader: std::sync::Arc<dyn p2p_topology::TopologyReader>,
     /// How often health and kubelet.sock are checked.
     pub poll: Duration,
     /// How GetPreferredAllocation chooses (level, strictness, partitions).
@@ -50,7 +50,7 @@ pub enum DevicePluginError {
     ResourceName(#[from] InvalidResourceName),
     /// The sysfs tree could not be read.
     #[error("reading sysfs: {0}")]
-    Scan(#[from] p2p_shared::TopologyReadError),
+    Scan(#[from] p2p_topology::TopologyReadError),
     /// Our socket could not be made.
     #[error("listening on {}: {source}", path.display())]
     Bind {

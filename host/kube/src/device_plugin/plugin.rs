@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use p2p_shared::Topology;
+use p2p_topology::Topology;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status};

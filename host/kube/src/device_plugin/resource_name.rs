@@ -25,7 +25,7 @@
 //!   the part after it 1 to 63 letters, digits, `-`, `_` or `.`, starting and
 //!   ending with a letter or digit (kube.go:24-28).
 
-use p2p_shared::dra::names::is_dns_label;
+use p2p_allocation::dra::names::is_dns_label;
 
 /// Quota's prefix, which the kubelet puts before the name to check it.
 const REQUESTS: &str = "requests.";

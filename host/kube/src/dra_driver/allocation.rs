@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use p2p_shared::dra::claim::{AllocatedDevice, ResourceClaim};
-use p2p_shared::dra::{Device, PCI_BUS_ID};
-use p2p_shared::Bdf;
+use p2p_allocation::dra::claim::{AllocatedDevice, ResourceClaim};
+use p2p_allocation::dra::{Device, PCI_BUS_ID};
+use p2p_topology::Bdf;
 
 use super::claims::ClaimRef;
 use super::prepare::ClaimError;
@@ -69,7 +69,7 @@ pub fn resolve(
                 .left_out
                 .iter()
                 .find(|l| {
-                    p2p_shared::dra::names::device_name(&l.kind.to_string(), l.bdf) == r.device
+                    p2p_allocation::dra::names::device_name(&l.kind.to_string(), l.bdf) == r.device
                 })
                 .map(|l| format!(" ({} is left out: {})", l.bdf, l.reason))
                 .unwrap_or_default();

@@ -24,8 +24,8 @@ use k8s_openapi::api::resource::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
-use p2p_shared::dra::claim::ResourceClaim;
-use p2p_shared::dra::ResourceSlice;
+use p2p_allocation::dra::claim::ResourceClaim;
+use p2p_allocation::dra::ResourceSlice;
 use tokio_stream::StreamExt;
 
 use super::claims::{ClaimRef, ClaimSource};

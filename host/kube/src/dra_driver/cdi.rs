@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use p2p_shared::dra::claim::{ResourceClaim, POD_CLAIM_NAME_ANNOTATION};
+use p2p_allocation::dra::claim::{ResourceClaim, POD_CLAIM_NAME_ANNOTATION};
 use serde_json::{json, Value};
 
 /// The CDI version the specs declare: the oldest with every field used

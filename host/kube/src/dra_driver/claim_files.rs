@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use p2p_shared::dra::claim::ResourceClaim;
+use p2p_allocation::dra::claim::ResourceClaim;
 use serde_json::json;
 
 use super::allocation::Resolved;
@@ -144,7 +144,7 @@ fn metadata(object: &ResourceClaim, request: &str, devices: &[&Resolved]) -> ser
     });
     if let Some(p) = m
         .annotations
-        .get(p2p_shared::dra::claim::POD_CLAIM_NAME_ANNOTATION)
+        .get(p2p_allocation::dra::claim::POD_CLAIM_NAME_ANNOTATION)
     {
         doc["podClaimName"] = json!(p);
     }

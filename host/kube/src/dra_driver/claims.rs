@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use p2p_shared::dra::claim::{ResourceClaim, POD_CLAIM_NAME_ANNOTATION};
-use p2p_shared::dra::names::is_dns_label;
+use p2p_allocation::dra::claim::{ResourceClaim, POD_CLAIM_NAME_ANNOTATION};
+use p2p_allocation::dra::names::is_dns_label;
 
 /// A claim as the kubelet names it.
 #[derive(Debug, Clone, PartialEq, Eq)]

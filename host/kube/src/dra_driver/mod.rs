@@ -43,8 +43,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use p2p_shared::chooser::FmPartition;
-use p2p_shared::{GpuSelector, Topology, TopologyReader};
+use p2p_allocation::chooser::FmPartition;
+use p2p_topology::{GpuSelector, Topology, TopologyReader};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
@@ -277,12 +277,12 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 pub fn build(
     settings: &Settings,
     generation: i64,
-) -> Result<(Topology, p2p_shared::dra::Publication), String> {
+) -> Result<(Topology, p2p_allocation::dra::Publication), String> {
     let topo = settings
         .reader
         .read(&settings.sysfs_root)
         .map_err(|e| format!("reading {}: {e}", settings.sysfs_root.display()))?;
-    let mut opts = p2p_shared::dra::SliceOptions::new(
+    let mut opts = p2p_allocation::dra::SliceOptions::new(
         &settings.node_name,
         &settings.driver_name,
         &settings.selector,
@@ -290,7 +290,7 @@ pub fn build(
     opts.bind = settings.bind;
     opts.generation = generation;
     opts.partitions = settings.partitions.as_deref();
-    let publication = p2p_shared::dra::build_slices(&topo, &opts).map_err(|e| e.to_string())?;
+    let publication = p2p_allocation::dra::build_slices(&topo, &opts).map_err(|e| e.to_string())?;
     Ok((topo, publication))
 }
 

@@ -13,9 +13,9 @@
 
 use std::collections::BTreeSet;
 
-use p2p_shared::dra::claim::ResourceClaim;
-use p2p_shared::iommu_groups::leaves_group_viable;
-use p2p_shared::Bdf;
+use p2p_allocation::dra::claim::ResourceClaim;
+use p2p_topology::iommu_groups::leaves_group_viable;
+use p2p_topology::Bdf;
 
 use super::allocation::{resolve, Resolved};
 use super::checkpoint::{Bound, Checkpoint, CheckpointFile, Entry, PreparedDevice, State};

@@ -50,8 +50,8 @@ pub async fn publish_loop(
     let mut owner = None;
     // The devices and slices last published.
     let mut last: Option<(
-        Vec<p2p_shared::dra::Device>,
-        Vec<p2p_shared::dra::ResourceSlice>,
+        Vec<p2p_allocation::dra::Device>,
+        Vec<p2p_allocation::dra::ResourceSlice>,
     )> = None;
     let mut api_only = false;
     loop {

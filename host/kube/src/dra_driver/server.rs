@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
-use p2p_shared::dra::names::{is_dns_label, is_dns_subdomain};
+use p2p_allocation::dra::names::{is_dns_label, is_dns_subdomain};
 
 use super::claims::ClaimRef;
 use super::deadline::Deadline;

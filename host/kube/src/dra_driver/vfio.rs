@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 
 /// The driver VFIO assignment needs.
 pub const VFIO_PCI: &str = "vfio-pci";

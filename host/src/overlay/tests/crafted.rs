@@ -1,7 +1,7 @@
 //! The overlay on crafted config spaces: every placement rule and every refusal.
 
-use p2p_shared::pci::{ConfigSpace, WalkError};
-use p2p_shared::P2pCapability;
+use p2p_topology::pci::{ConfigSpace, WalkError};
+use p2p_topology::P2pCapability;
 
 use super::super::{ConfigOverlay, OverlayError, OverlayOptions, PlacementAction};
 use super::{clique, patched, read_all, space};

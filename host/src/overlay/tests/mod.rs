@@ -7,7 +7,7 @@ mod real_devices;
 use std::path::PathBuf;
 use std::process::Command;
 
-use p2p_shared::Clique;
+use p2p_topology::Clique;
 
 use super::{ConfigOverlay, PhysicalConfig};
 

@@ -1,8 +1,8 @@
 //! The overlay on real config spaces: the H200 of the passthrough fixture and
 //! the virtio functions of the Firecracker development VM.
 
-use p2p_shared::pci::ConfigSpace;
-use p2p_shared::P2pCapability;
+use p2p_topology::pci::ConfigSpace;
+use p2p_topology::P2pCapability;
 
 use super::super::{
     BytePatch, ConfigOverlay, ConfigPatch, LinkedAfter, OverlayError, OverlayOptions,

@@ -1,13 +1,13 @@
 //! The IOMMU group of a function and whether VFIO can hand it out: every
 //! function in the group must be bound to no driver or to one that manages
-//! DMA itself ([`p2p_shared::iommu_groups::leaves_group_viable`], the rule
+//! DMA itself ([`p2p_topology::iommu_groups::leaves_group_viable`], the rule
 //! `check` and the DRA driver apply too), else `VFIO_GROUP_GET_STATUS` says
 //! "not viable" and the group cannot be attached. Read from sysfs, so it is
 //! testable on a captured tree.
 
 use std::path::{Path, PathBuf};
 
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 
 use super::VfioError;
 
@@ -55,7 +55,7 @@ impl GroupMembers {
     /// The first function whose driver keeps the group from being viable.
     pub fn blocker(&self) -> Option<(&str, &str)> {
         self.functions.iter().find_map(|(f, d)| match d.as_deref() {
-            Some(d) if !p2p_shared::iommu_groups::leaves_group_viable(Some(d)) => {
+            Some(d) if !p2p_topology::iommu_groups::leaves_group_viable(Some(d)) => {
                 Some((f.as_str(), d))
             }
             _ => None,

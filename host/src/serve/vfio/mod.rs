@@ -26,7 +26,7 @@ mod sys;
 use std::io;
 use std::path::PathBuf;
 
-use p2p_shared::Bdf;
+use p2p_topology::Bdf;
 
 pub use dma::{DmaWindows, Iommu, PAGE};
 pub use gpu::VfioGpu;

@@ -4,21 +4,21 @@
 
 use std::ops::Range;
 
-use p2p_shared::excerpt::{short, xml_syntax};
-use p2p_shared::Bdf;
+use p2p_topology::excerpt::{short, xml_syntax};
+use p2p_topology::Bdf;
 use roxmltree::{Document, Node};
 
 pub use super::xml::Element;
 use super::xml::{child, element, indent_before, int, line_of, start_tag_quote};
 
 use super::{CLIQUE_PROPERTY, QEMU_NAMESPACE};
-use p2p_shared::nccl_topo::FW_CFG_NAME;
+use p2p_topology::nccl_topo::FW_CFG_NAME;
 
 /// Why a domain could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DomainError {
     /// Not well-formed XML: the line (the last one when the text ends early)
-    /// and what is wrong, names quoted short ([`p2p_shared::excerpt`]).
+    /// and what is wrong, names quoted short ([`p2p_topology::excerpt`]).
     #[error("not XML: line {line}: {why}")]
     Xml {
         /// 1-based line.

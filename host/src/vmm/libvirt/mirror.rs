@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use p2p_shared::guest_layout::GuestTopology;
+use p2p_topology::guest_layout::GuestTopology;
 
 use super::domain::{Controller, Domain, GuestAddress};
 use super::edits::{lines_at, Edits};

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{GuestDevice, GuestLayout, GuestTopology, PortKind};
-use p2p_shared::nccl_topo::FW_CFG_NAME;
-use p2p_shared::Bdf;
+use p2p_allocation::clique::CliquePlan;
+use p2p_topology::guest_layout::{GuestDevice, GuestLayout, GuestTopology, PortKind};
+use p2p_topology::nccl_topo::FW_CFG_NAME;
+use p2p_topology::Bdf;
 
 use super::EmitOptions;
 

@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use p2p_shared::clique::CliquePlan;
-use p2p_shared::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology};
-use p2p_shared::nccl_topo::FW_CFG_NAME;
-use p2p_shared::Bdf;
+use p2p_allocation::clique::CliquePlan;
+use p2p_topology::guest_layout::{self, DeviceRole, GuestLayout, GuestTopology};
+use p2p_topology::nccl_topo::FW_CFG_NAME;
+use p2p_topology::Bdf;
 
 use super::domain::{CommandlineClique, Domain};
 use super::edits::Edits;
@@ -424,9 +424,9 @@ fn inline_text(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use p2p_shared::capability::Clique;
-    use p2p_shared::clique::{Assignment, MaxLevel};
-    use p2p_shared::guest_layout::GuestDevice;
+    use p2p_allocation::clique::{Assignment, MaxLevel};
+    use p2p_topology::capability::Clique;
+    use p2p_topology::guest_layout::GuestDevice;
 
     use super::*;
 
