@@ -4,72 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use p2p_report::probe::{CudaPeer, Flag, FlagKind, PeerDecision, Verdict};
+
 use crate::probe::sysfs::{CapabilityState, GuestGpu};
 use p2p_topology::Bdf;
-
-/// What to do with a pair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// Enable peer access: both GPUs name one clique, or NVLink joins them.
-    Enable,
-    /// Keep peer access off: the two capabilities name different cliques and no
-    /// NVLink joins the GPUs.
-    Disable,
-    /// No capability and no NVLink: nothing tells the driver, nor us.
-    Unknown,
-}
-
-/// A disagreement or a missing fact, with a stable kind for machines.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Flag {
-    /// Which inconsistency, stable for scripts (snake_case in JSON).
-    pub kind: FlagKind,
-    /// What was found, for people, naming the GPUs by address.
-    pub message: String,
-}
-
-/// The kinds of inconsistency the probe reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum FlagKind {
-    /// Capability says yes, CUDA says no (hypervisor hidden, old driver, ...).
-    CudaRefusesAllowedPair,
-    /// CUDA allows peer access between GPUs in different cliques.
-    CudaAllowsAcrossCliques,
-    /// Only one GPU of the pair carries the capability.
-    CapabilityOnOneSide,
-    /// The config read was truncated (not root): the capability is not visible.
-    ConfigTruncated,
-    /// A capability is present but CPUID shows no hypervisor: the driver ignores it.
-    HypervisorHidden,
-    /// Something like the capability that the driver would reject.
-    InvalidCapability,
-    /// NVLink-connected GPUs were put in different cliques.
-    NvLinkAcrossCliques,
-    /// CUDA answers differ by direction.
-    AsymmetricCuda,
-    /// The guest sees Enable Relaxed Ordering (Device Control bit 4) off on
-    /// a GPU: writes stay strictly ordered (the VMM may hide the bit, or
-    /// the driver left it off).
-    RelaxedOrderingOff,
-    /// P2P is granted but the data moved between the pair did not arrive
-    /// whole (`probe --verify`).
-    P2pDataLost,
-}
-
-/// The driver's answers for one ordered pair, as the probe recorded them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct CudaPeer {
-    /// cuDeviceCanAccessPeer: the driver allows peer access this way.
-    pub can_access: bool,
-    /// CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: the driver's relative
-    /// rating of the path between the two GPUs.
-    pub performance_rank: i32,
-    /// CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED: atomics work
-    /// natively over the path.
-    pub native_atomics: bool,
-}
 
 /// Facts about one unordered pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -82,26 +20,6 @@ pub struct PairFacts {
     pub nvlinks: Option<u32>,
     /// CUDA's answers a->b and b->a, when CUDA is available.
     pub cuda: Option<[CudaPeer; 2]>,
-}
-
-/// The decision for one pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct PeerDecision {
-    /// One GPU of the pair (the lower address, as the probe orders them).
-    pub a: Bdf,
-    /// The other GPU of the pair.
-    pub b: Bdf,
-    /// Whether to enable peer access between the two GPUs.
-    pub verdict: Verdict,
-    /// Why, in words: `both in clique 0`, `NV18`, `cliques differ (0 vs 1)`.
-    pub reasons: Vec<String>,
-    /// NVLinks between the pair (NVML); None when there are none or NVML is
-    /// unavailable.
-    pub nvlinks: Option<u32>,
-    /// CUDA's answers a->b and b->a; None without CUDA or when it lacks either GPU.
-    pub cuda: Option<[CudaPeer; 2]>,
-    /// Inconsistencies found for this pair; empty when every fact agrees.
-    pub flags: Vec<Flag>,
 }
 
 fn flag(kind: FlagKind, message: String) -> Flag {

@@ -11,8 +11,8 @@
 //! [`crate::transfer`].
 
 use p2p_report::bench::Mode;
-use p2p_topology::{Bdf, ByteSize, GpuIndex};
-use serde::{Deserialize, Serialize};
+pub use p2p_report::probe::VerifyCheck;
+use p2p_topology::{ByteSize, GpuIndex};
 
 use crate::cuda::memory::DeviceBuffer;
 use crate::cuda::rig::Rig;
@@ -25,36 +25,6 @@ pub const POISON: u8 = 0xa5;
 
 /// Copies per check: the last one's bytes are compared.
 pub const VERIFY_COPIES: u32 = 3;
-
-/// One direction and method of one pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct VerifyCheck {
-    /// Source GPU.
-    pub src: Bdf,
-    /// Destination GPU.
-    pub dst: Bdf,
-    /// The method.
-    pub mode: Mode,
-    /// Bytes per copy.
-    pub bytes: u64,
-    /// Copies made (the last one's bytes are compared).
-    pub copies: u32,
-    /// Bytes read back and compared.
-    pub checked_bytes: u64,
-    /// Bytes that differ from what was sent.
-    pub mismatched_bytes: u64,
-    /// Offset of the first differing byte.
-    pub first_bad: Option<u64>,
-    /// Set when the copy itself failed (the data is then counted as lost).
-    pub error: Option<String>,
-}
-
-impl VerifyCheck {
-    /// The data arrived whole.
-    pub fn ok(&self) -> bool {
-        self.error.is_none() && self.mismatched_bytes == 0 && self.checked_bytes == self.bytes
-    }
-}
 
 /// Bytes from a xorshift generator: a pattern distinct per check, made on the
 /// host so the comparison does not trust any GPU code.

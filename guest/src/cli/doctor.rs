@@ -178,7 +178,7 @@ fn go(args: DoctorArgs) -> anyhow::Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", doctor::text::render(&report));
+        print!("{}", report.render_text());
     }
     Ok(report.exit_code)
 }

@@ -1,23 +1,7 @@
 //! Is a hypervisor visible? The NVIDIA driver checks the P2P capability only
 //! when CPUID says so (leaf 1 ECX bit 31, signature at leaf 0x40000000).
 
-use serde::{Deserialize, Serialize};
-
-/// What CPUID says about a hypervisor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct HypervisorInfo {
-    /// CPUID.1:ECX bit 31.
-    pub present_bit: bool,
-    /// The 12-byte vendor signature from leaf 0x40000000 ("KVMKVMKVM", ...).
-    pub signature: Option<String>,
-}
-
-impl HypervisorInfo {
-    /// The driver's test: the hypervisor bit is set.
-    pub fn detected(&self) -> bool {
-        self.present_bit
-    }
-}
+pub use p2p_report::probe::HypervisorInfo;
 
 /// Reads CPUID on this CPU.
 #[cfg(target_arch = "x86_64")]

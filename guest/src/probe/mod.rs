@@ -55,7 +55,7 @@ pub fn probe(
         Ok(c) => cuda_facts(c),
         Err(e) => Err(e.clone()),
     };
-    let report = ProbeReport::build(&root.display().to_string(), gpus, hv, &nv, facts);
+    let report = report::build(&root.display().to_string(), gpus, hv, &nv, facts);
     Ok((report, cuda.ok()))
 }
 

@@ -8,18 +8,7 @@ use nvml_wrapper::Nvml;
 use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
 
-/// One GPU's NVLinks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct GpuLinks {
-    /// The GPU's PCI address in the guest.
-    pub bdf: Bdf,
-    /// Links NVML reports active (links 0 to 17 are asked).
-    pub active: u32,
-    /// Active links ending on another GPU of this VM.
-    pub to_gpus: u32,
-    /// Active links ending elsewhere (NVSwitches, which the VM does not see).
-    pub to_switches: u32,
-}
+pub use p2p_report::probe::GpuLinks;
 
 /// An NVLink P2P path NVML reports between two GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

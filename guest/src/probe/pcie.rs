@@ -4,82 +4,8 @@
 //! Firecracker keep a hidden extended capability's place in the list with
 //! its ID zeroed), so the guest's view can differ from the host's `check`.
 
+pub use p2p_report::probe::{AtsView, GuestLink, GuestPcie};
 use p2p_topology::pci::ConfigSpace;
-use serde::{Deserialize, Serialize};
-
-/// What the guest sees of ATS (extended capability 0x000F).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum AtsView {
-    /// The extended space was not read (fewer than 4096 bytes: not root).
-    NotRead,
-    /// No ATS capability in the list.
-    Absent,
-    /// Present, ATS Control bit 15 (Enable) clear.
-    Off,
-    /// Present and enabled.
-    On,
-}
-
-/// The link as Link Status and Link Capabilities show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct GuestLink {
-    /// Current speed (`32 GT/s`), Link Status bits 3:0.
-    pub speed: String,
-    /// Negotiated width in lanes, Link Status bits 9:4.
-    pub width: u8,
-    /// Max Link Speed, Link Capabilities bits 3:0; None for a reserved code.
-    pub max_speed: Option<String>,
-    /// Maximum Link Width, Link Capabilities bits 9:4.
-    pub max_width: u8,
-}
-
-/// The guest's view of one GPU's throughput registers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct GuestPcie {
-    /// Device Control bit 4, Enable Relaxed Ordering.
-    pub relaxed_ordering: bool,
-    /// Device Control bits 7:5, Max_Payload_Size in bytes.
-    pub max_payload: u16,
-    /// Device Control bits 14:12, Max_Read_Request_Size in bytes.
-    pub max_read_request: u16,
-    /// The link; None when Link Status holds a reserved speed.
-    pub link: Option<GuestLink>,
-    /// ATS as the guest sees it.
-    pub ats: AtsView,
-    /// Offsets (`0x100`) of extended capabilities whose ID reads 0: hidden
-    /// by the VMM, which keeps their place in the list.
-    pub hidden_extended_capabilities: Vec<String>,
-}
-
-impl GuestPcie {
-    /// One line for the GPU table: `RO on, MPS 256, MRRS 4096, 32 GT/s x16, ATS hidden?`.
-    pub fn summary(&self) -> String {
-        let link = self.link.as_ref().map_or_else(
-            || "link ?".to_string(),
-            |l| {
-                let mut s = format!("{} x{}", l.speed, l.width);
-                if l.width < l.max_width {
-                    s.push_str(&format!(" of x{}", l.max_width));
-                }
-                s
-            },
-        );
-        let ats = match self.ats {
-            AtsView::NotRead => "ATS not read",
-            AtsView::Absent if !self.hidden_extended_capabilities.is_empty() => "ATS not visible",
-            AtsView::Absent => "no ATS",
-            AtsView::Off => "ATS off",
-            AtsView::On => "ATS on",
-        };
-        format!(
-            "RO {}, MPS {}, MRRS {}, {link}, {ats}",
-            if self.relaxed_ordering { "on" } else { "off" },
-            self.max_payload,
-            self.max_read_request
-        )
-    }
-}
 
 fn gts(v: f32) -> String {
     format!("{v} GT/s")

@@ -8,8 +8,10 @@ use p2p_topology::capability::{BtsCapability, P2pCapability, P2P_CAP_LEN, VENDOR
 use p2p_topology::hex::{self, HexError, HexWidth};
 use p2p_topology::pci::{ConfigSpace, CONFIG_LEGACY_LEN};
 use p2p_topology::select::NVIDIA_VENDOR;
-use p2p_topology::{Bdf, Clique};
+use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
+
+pub use p2p_report::probe::{BtsState, CapabilityState};
 
 /// Why the guest's sysfs could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -34,49 +36,6 @@ pub enum ProbeError {
     },
 }
 
-/// What a GPU's config space says about the P2P capability.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum CapabilityState {
-    /// A valid capability: the driver would read this clique.
-    Present {
-        /// Config-space offset of the capability's header.
-        #[serde(with = "p2p_topology::hex::u8")]
-        #[schemars(with = "p2p_topology::hex::Hex")]
-        offset: u8,
-        /// The clique the capability names.
-        clique: Clique,
-    },
-    /// The capability list has no P2P capability.
-    Absent,
-    /// Something at `offset` looks like the capability but the driver would
-    /// reject it (bad signature, version != 0, wrong length).
-    Invalid {
-        /// Config-space offset of the suspect capability.
-        #[serde(with = "p2p_topology::hex::u8")]
-        #[schemars(with = "p2p_topology::hex::Hex")]
-        offset: u8,
-        /// Why the driver would reject it.
-        why: String,
-    },
-    /// The config space could not be read far enough (non-root: 64 bytes).
-    Unreadable {
-        /// What stopped the read: too few bytes, or a broken capability list.
-        why: String,
-    },
-}
-
-impl CapabilityState {
-    /// The clique the driver would read; None unless a valid capability is
-    /// present.
-    pub fn clique(&self) -> Option<Clique> {
-        match self {
-            CapabilityState::Present { clique, .. } => Some(*clique),
-            _ => None,
-        }
-    }
-}
-
 /// One NVIDIA GPU as the guest's PCI bus shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GuestGpu {
@@ -99,21 +58,6 @@ pub struct GuestGpu {
     /// PCI Express capability or when the read stopped short of it.
     #[serde(default)]
     pub pcie: Option<super::pcie::GuestPcie>,
-}
-
-/// A BTS capability found in the list, decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct BtsState {
-    /// Config-space offset of the BTS capability's header.
-    #[serde(with = "p2p_topology::hex::u8")]
-    #[schemars(with = "p2p_topology::hex::Hex")]
-    pub offset: u8,
-    /// Bit 0 of its upper 16 bits: PCIe egress poison enable.
-    pub egress_poison: bool,
-    /// The upper 16 bits as found.
-    #[serde(with = "p2p_topology::hex::u16")]
-    #[schemars(with = "p2p_topology::hex::Hex")]
-    pub upper: u16,
 }
 
 /// Finds and decodes the BTS capability in raw config bytes.
@@ -258,6 +202,7 @@ pub fn scan_gpus(root: &Path) -> Result<Vec<GuestGpu>, ProbeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p2p_topology::Clique;
 
     fn config_with_vendor_cap(cap: [u8; 8]) -> Vec<u8> {
         let mut b = vec![0u8; 256];

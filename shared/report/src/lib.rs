@@ -12,8 +12,12 @@ mod choice_text;
 #[cfg(feature = "cli")]
 pub mod cli_assets;
 mod cpulist;
+pub mod doctor;
+mod doctor_text;
 pub mod picture;
 pub mod plan;
+pub mod probe;
+mod probe_text;
 pub mod schema;
 mod slices_text;
 pub mod table;

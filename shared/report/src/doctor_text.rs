@@ -3,16 +3,21 @@
 
 use std::fmt::Write;
 
-use p2p_report::Table;
-
-use super::{DoctorReport, Verdict};
+use crate::doctor::{DoctorReport, Verdict};
+use crate::Table;
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
 }
 
-/// The whole report as text.
-pub fn render(r: &DoctorReport) -> String {
+impl DoctorReport {
+    /// The whole report as text.
+    pub fn render_text(&self) -> String {
+        render(self)
+    }
+}
+
+fn render(r: &DoctorReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "VERDICT: {} ({})", r.verdict.word(), r.reason);
     let _ = writeln!(out, "NEXT STEP: {}", r.next_step);
