@@ -6,7 +6,7 @@
 
 use p2p_nccl::{xml::XmlPci, CpuIdentity, DriverP2p, Graph, NcclEnv};
 use p2p_nccl::loader::{self, LoaderContext};
-use p2p_nccl::{VmFacts, VmFunction};
+use p2p_nccl::VmFacts;
 use p2p_topology::nccl_topo::MAX_PCI_DEPTH;
 
 /// The longest error message the reader may write: a few short quotes
@@ -79,31 +79,16 @@ pub fn check(data: &[u8]) -> Result<(), String> {
     }
     // The model over the file, in a VM that matches it (explain --file F
     // --no-driver outside a VM).
-    let gpus: Vec<VmFunction> = xml
-        .pci_nodes()
-        .into_iter()
-        .filter(|(_, n)| n.class >> 16 == 0x03)
-        .map(|(numa, n)| VmFunction {
-            busid: n.busid,
-            class: n.class,
-            numa,
-            bridges: Vec::new(),
-            link_speed: n.link_speed.clone(),
-            link_width: n.link_width,
-        })
-        .collect();
-    let order: Vec<_> = gpus.iter().map(|g| g.busid).collect();
-    let vm = VmFacts {
-        cpu: CpuIdentity {
+    let vm = VmFacts::from_file(
+        &xml,
+        CpuIdentity {
             arch: "x86_64".into(),
             vendor: Some("GenuineIntel".into()),
             familyid: Some(6),
             modelid: Some(207),
         },
-        gpus,
-        nics: Vec::new(),
-        nvlinks: None,
-    };
+    );
+    let order: Vec<_> = vm.gpus.iter().map(|g| g.busid).collect();
     let eff = p2p_nccl::effective(Some(&xml), &vm);
     let graph = Graph::build(&eff.xml);
     p2p_nccl::predict(&graph, &NcclEnv::default(), &order, &|_, _| DriverP2p::Allowed);

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use p2p_guest::doctor::{diagnose, DoctorReport, Inputs, Verdict};
-use p2p_guest::nccl_topo::explain::{self, ExplainInputs, ExplainReport};
+use p2p_guest::nccl_topo::explain::{self, ExplainInputs, ExplainReport, WhatIf};
 use p2p_guest::probe::report::ProbeReport;
 use p2p_report::bench::BenchReport;
 use p2p_tests::schemas::validate;
@@ -35,7 +35,7 @@ fn bench(rel: &str) -> BenchReport {
 
 /// explain's rules on the VM's captured tree with the driver's answers of `probe`.
 fn explain_on_fixture(tree: &Path, probe: &ProbeReport) -> ExplainReport {
-    explain::for_vm(
+    explain::explain(
         &ExplainInputs {
             sysfs_root: tree.to_path_buf(),
             file: None,
@@ -43,9 +43,11 @@ fn explain_on_fixture(tree: &Path, probe: &ProbeReport) -> ExplainReport {
             cpuinfo: fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt"),
             environment: Vec::new(),
         },
+        &WhatIf::default(),
         probe,
     )
     .expect("explain on the captured tree")
+    .report
 }
 
 fn inputs(

@@ -299,7 +299,8 @@ fn predictions_agree_with_nccls_own_dumps() {
         )
         .unwrap();
         let pred = run(Some(&file), &vm_nic, &env(&[]), DriverP2p::Allowed);
-        let diff = p2p_guest::nccl_topo::explain::against_dump(&dump, &vm_nic, &pred).unwrap();
+        let diff =
+            p2p_guest::nccl_topo::explain::confirm::against_dump(&dump, &vm_nic, &pred).unwrap();
         assert_eq!(diff, Vec::<String>::new(), "{name}");
     }
     // The flat file's prediction against the clique run's dump: PHB vs PIX.
@@ -307,7 +308,7 @@ fn predictions_agree_with_nccls_own_dumps() {
     let dump =
         std::fs::read_to_string(repo_root().join(RESULTS).join("nccl-dump-clique.xml")).unwrap();
     let pred = run(Some(&file), &vm_nic, &env(&[]), DriverP2p::Allowed);
-    let diff = p2p_guest::nccl_topo::explain::against_dump(&dump, &vm_nic, &pred).unwrap();
+    let diff = p2p_guest::nccl_topo::explain::confirm::against_dump(&dump, &vm_nic, &pred).unwrap();
     assert_eq!(
         diff,
         vec![

@@ -14,7 +14,7 @@ use crate::bench::host_plan::HostRoutes;
 use crate::bench::{self, BenchConfig, PairSelection, PeerPolicy, Progress, SmCopy};
 use crate::cuda::Cuda;
 use crate::decide::Verdict;
-use crate::nccl_topo::explain::{self, ExplainInputs};
+use crate::nccl_topo::explain::{self, ExplainInputs, WhatIf};
 use crate::probe::{self, sysfs::ProbeError, ProbeOptions};
 use crate::verify::{self, VerifyCheck};
 
@@ -103,8 +103,8 @@ pub fn gather(opts: LiveOptions, progress: &dyn Progress) -> Result<Inputs, Prob
     let (explain, explain_missing) = if report.gpus.is_empty() {
         (None, Some("GPUs in the VM".to_string()))
     } else {
-        match explain::for_vm(&opts.explain, &report) {
-            Ok(e) => (Some(e), None),
+        match explain::explain(&opts.explain, &WhatIf::default(), &report) {
+            Ok(e) => (Some(e.report), None),
             Err(e) => (None, Some(format!("explain's inputs: {e}"))),
         }
     };

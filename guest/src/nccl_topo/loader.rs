@@ -1,14 +1,11 @@
 //! NCCL's loader ([`p2p_nccl::loader`]) on the file NCCL will
-//! read, in this VM (its GPUs, nets and sysfs) or outside any: the refusals,
-//! and the verdicts when there are some (every pair `ERROR`).
+//! read, in this VM (its GPUs, nets and sysfs) or outside any: the refusals.
 
 use std::path::Path;
 
 use p2p_nccl::loader::{self, LoaderContext, LoaderRefusal};
-use p2p_nccl::{CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, VmFacts};
+use p2p_nccl::{CpuIdentity, VmFacts};
 use p2p_topology::Bdf;
-
-use super::explain::ExplainedPair;
 
 use crate::probe::sysfs::resolve_root;
 
@@ -70,19 +67,4 @@ pub fn loader_refusals(
             },
         ),
     }
-}
-
-/// The pairs and GPUs of a file NCCL refuses: every pair `ERROR`, beside
-/// the driver's answer from `answers`.
-pub fn refused_pairs(
-    order: &[Bdf],
-    refusals: &[LoaderRefusal],
-    env: &NcclEnv,
-    answers: &dyn Fn(Bdf, Bdf) -> (DriverP2p, Option<String>),
-) -> (Vec<ExplainedPair>, Vec<GpuVerdict>) {
-    let pred = loader::refused_prediction(order, refusals, env, &|a, b| answers(a, b).0);
-    (
-        super::explain::beside_driver(pred.pairs, answers),
-        pred.gpus,
-    )
 }

@@ -68,6 +68,33 @@ pub struct VmFacts {
     pub nvlinks: Option<Vec<(Bdf, Bdf, u32)>>,
 }
 
+impl VmFacts {
+    /// The VM a file describes, for a file explained outside any VM
+    /// (`explain --file F` with no GPU here): its GPUs in file order with the
+    /// places the file gives them, no NIC, no NVML, and `cpu` as the CPU.
+    pub fn from_file(xml: &TopoXml, cpu: CpuIdentity) -> VmFacts {
+        let gpus = xml
+            .pci_nodes()
+            .into_iter()
+            .filter(|(_, n)| n.class >> 16 == 0x03)
+            .map(|(numa, n)| VmFunction {
+                busid: n.busid,
+                class: n.class,
+                numa,
+                bridges: Vec::new(),
+                link_speed: n.link_speed.clone(),
+                link_width: n.link_width,
+            })
+            .collect();
+        VmFacts {
+            cpu,
+            gpus,
+            nics: Vec::new(),
+            nvlinks: None,
+        }
+    }
+}
+
 /// The system NCCL builds, and what it took from where.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Effective {

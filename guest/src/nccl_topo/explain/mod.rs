@@ -2,6 +2,13 @@
 //! their sysfs places, NICs, NVLinks, the CPU, the variables and nccl.conf),
 //! the file it will load, and NCCL's verdicts on them
 //! ([`p2p_nccl`]), set against the driver's decisions.
+//!
+//! One pipeline, [`explain`]: inputs and what-ifs in, one report out; the
+//! command and `doctor` both call it. [`confirm`] then runs NCCL itself on
+//! the same facts, and [`text`] writes the report for people.
+
+pub mod confirm;
+pub mod text;
 
 use std::fs;
 use std::path::PathBuf;
@@ -9,13 +16,13 @@ use std::path::PathBuf;
 use p2p_nccl::env::{parse_conf, Setting};
 use p2p_nccl::loader::LoaderRefusal;
 use p2p_nccl::{
-    CpuIdentity, DriverP2p, GpuVerdict, NcclEnv, PairVerdict, TopoXml, Transport, VmFacts,
-    VmFunction,
+    CpuIdentity, DriverP2p, GpuVerdict, Graph, NcclEnv, PairVerdict, TopoXml, Transport, VmFacts,
 };
+use p2p_topology::nccl_topo::render;
 use p2p_topology::Bdf;
 use serde::{Deserialize, Serialize};
 
-use super::loader::{loader_refusals, refused_pairs};
+use super::loader::loader_refusals;
 pub use super::vm_facts::{read_cpu, vm_facts};
 use super::NcclTopoError;
 use crate::decide::Verdict;
@@ -242,30 +249,6 @@ pub fn driver_answer(probe: &ProbeReport, a: Bdf, b: Bdf) -> (DriverP2p, Option<
     (v, Some(said))
 }
 
-/// Facts for a file explained outside any VM: its GPUs in file order, its
-/// NICs, the CPU from the file or this machine.
-pub fn facts_from_file(xml: &TopoXml, cpu: CpuIdentity) -> VmFacts {
-    let gpus = xml
-        .pci_nodes()
-        .into_iter()
-        .filter(|(_, n)| n.class >> 16 == 0x03)
-        .map(|(numa, n)| VmFunction {
-            busid: n.busid,
-            class: n.class,
-            numa,
-            bridges: Vec::new(),
-            link_speed: n.link_speed.clone(),
-            link_width: n.link_width,
-        })
-        .collect();
-    VmFacts {
-        cpu,
-        gpus,
-        nics: Vec::new(),
-        nvlinks: None,
-    }
-}
-
 /// Disagreements between the driver and NCCL, each with what to change.
 pub fn mismatches(pairs: &[ExplainedPair], file: &FileChoice) -> Vec<String> {
     let mut out = Vec::new();
@@ -301,51 +284,6 @@ pub fn mismatches(pairs: &[ExplainedPair], file: &FileChoice) -> Vec<String> {
     out
 }
 
-/// The same rules applied to the system NCCL itself built (its
-/// `NCCL_TOPO_DUMP_FILE` text) must give the predicted path for every pair
-/// and the predicted net and GPUDirect RDMA for every GPU; each difference
-/// is a line (NCCL built another system than the one explained).
-pub fn against_dump(
-    dump: &str,
-    facts: &VmFacts,
-    pred: &p2p_nccl::Prediction,
-) -> Result<Vec<String>, p2p_nccl::TopoXmlError> {
-    let xml = p2p_nccl::parse(dump)?;
-    let mut f = facts.clone();
-    f.nics.clear();
-    f.nvlinks = None;
-    let eff = p2p_nccl::effective(Some(&xml), &f);
-    let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
-    let theirs = p2p_nccl::predict(
-        &p2p_nccl::Graph::build(&eff.xml),
-        &NcclEnv::default(),
-        &order,
-        &|_, _| DriverP2p::Allowed,
-    );
-    let mut out = Vec::new();
-    for (p, q) in pred.pairs.iter().zip(&theirs.pairs) {
-        if p.path != q.path {
-            out.push(format!(
-                "{}-{}: predicted path {}, NCCL's own system has {}",
-                p.a, p.b, p.path, q.path
-            ));
-        }
-    }
-    for (g, h) in pred.gpus.iter().zip(&theirs.gpus) {
-        if (g.net.as_deref(), g.gdr_write) != (h.net.as_deref(), h.gdr_write) {
-            out.push(format!(
-                "{}: predicted net {} (GPUDirect RDMA {}), NCCL's own system gives {} ({})",
-                g.gpu,
-                g.net.as_deref().unwrap_or("none"),
-                g.gdr_write,
-                h.net.as_deref().unwrap_or("none"),
-                h.gdr_write
-            ));
-        }
-    }
-    Ok(out)
-}
-
 /// The CPU NCCL decides with: the first `<cpu>` of the effective system,
 /// else `fallback` (this machine's).
 pub fn decided_cpu(xml: &TopoXml, fallback: &CpuIdentity) -> CpuIdentity {
@@ -360,44 +298,166 @@ pub fn decided_cpu(xml: &TopoXml, fallback: &CpuIdentity) -> CpuIdentity {
     }
 }
 
-/// The plain explain report of a VM with GPUs (no what-if, no `--confirm`),
-/// as `nccl-topo explain` prints it: the file NCCL loads, the facts, NCCL's
-/// verdict per pair beside the driver's answer from `probe`, and the
-/// mismatches. `doctor` asks it for NCCL's transport per pair.
-pub fn for_vm(inputs: &ExplainInputs, probe: &ProbeReport) -> Result<ExplainReport, NcclTopoError> {
+/// What-ifs: explain another file than the one in force, or NCCL's PCIe
+/// decision with NVLink hidden.
+#[derive(Debug, Clone, Default)]
+pub struct WhatIf {
+    /// `--assume-clique`: the file `p2p-guest nccl-topo --assume-clique`
+    /// would write, with each GPU in the clique given.
+    pub assume_clique: Vec<(Bdf, u8)>,
+    /// `--hide-nvlink`: NVLink hidden from NCCL (its placeholder `<nvlink>`
+    /// under each GPU).
+    pub hide_nvlink: bool,
+}
+
+/// An explanation: the report, and the facts `--confirm` runs NCCL on.
+#[derive(Debug, Clone)]
+pub struct Explained {
+    /// The report, as the command prints it.
+    pub report: ExplainReport,
+    /// The facts the prediction was made on (this VM's, or the file's
+    /// outside a VM); None when NCCL refuses the file.
+    pub facts: Option<VmFacts>,
+    /// The text of a what-if file (`--assume-clique`), which NCCL must load
+    /// in place of the file in force; None otherwise.
+    pub derived: Option<String>,
+}
+
+impl Explained {
+    /// NCCL refuses the file at initialisation: every pair is `ERROR`.
+    pub fn refused(&self) -> bool {
+        !self.report.loader_refusals.is_empty()
+    }
+}
+
+/// The text of the file NCCL will load; None when it loads none.
+fn load(inputs: &ExplainInputs, choice: &FileChoice) -> Result<Option<String>, NcclTopoError> {
+    let Some(path) = &choice.path else {
+        return Ok(None);
+    };
+    fs::read_to_string(path)
+        .map(Some)
+        .map_err(|e| NcclTopoError::Io {
+            path: PathBuf::from(path),
+            why: format!(
+                "cannot be read ({}){}: {e}",
+                choice.why,
+                if inputs.file.is_none() {
+                    "; NCCL stops at initialisation when NCCL_TOPO_FILE names a file it cannot read"
+                } else {
+                    ""
+                }
+            ),
+        })
+}
+
+/// What NCCL will do with the file in force (or the what-if's) in this VM,
+/// beside the driver's answers from `probe`. With no GPU in the VM, only a
+/// `--file` is explained, as NCCL would read it in a VM that matches it;
+/// else the error is [`NcclTopoError::NoGpu`]. A file NCCL's loader refuses
+/// gives a report whose every pair is `ERROR` ([`Explained::refused`]).
+pub fn explain(
+    inputs: &ExplainInputs,
+    what_if: &WhatIf,
+    probe: &ProbeReport,
+) -> Result<Explained, NcclTopoError> {
     let env = read_env(&inputs.environment);
-    let choice = choose_file(inputs, &env);
+    let mut applied = Vec::new();
+    let (choice, derived) = if what_if.assume_clique.is_empty() {
+        (choose_file(inputs, &env), None)
+    } else {
+        let (system, _) = super::derive(&inputs.sysfs_root, &what_if.assume_clique)?;
+        let list: Vec<String> = what_if
+            .assume_clique
+            .iter()
+            .map(|(b, c)| format!("{b}={c}"))
+            .collect();
+        applied.push(format!("--assume-clique {}", list.join(" ")));
+        let choice = FileChoice {
+            path: None,
+            why: "what-if: the file `p2p-guest nccl-topo --assume-clique` would write".into(),
+        };
+        (choice, Some(render(&system)))
+    };
+    let text = match &derived {
+        Some(t) => Some(t.clone()),
+        None => load(inputs, &choice)?,
+    };
+    if what_if.hide_nvlink {
+        applied.push("--hide-nvlink".into());
+    }
     let cpu = read_cpu(&inputs.cpuinfo);
-    let facts = vm_facts(&inputs.sysfs_root, probe, cpu.clone())?;
-    let xml = match &choice.path {
+    let in_vm = !probe.gpus.is_empty();
+    if !in_vm && (text.is_none() || inputs.file.is_none()) {
+        return Err(NcclTopoError::NoGpu(crate::probe::sysfs::resolve_root(
+            &inputs.sysfs_root,
+        )));
+    }
+    let vm = match in_vm {
+        true => Some(vm_facts(&inputs.sysfs_root, probe, cpu.clone())?),
+        false => None,
+    };
+    let answers = |x: Bdf, y: Bdf| match in_vm {
+        true => driver_answer(probe, x, y),
+        false => (
+            DriverP2p::Unknown,
+            Some("no VM here: taken as allowed".into()),
+        ),
+    };
+    // NCCL's loader first: a file it refuses is reported as its refusal.
+    let refusals = text
+        .as_deref()
+        .map(|t| loader_refusals(t, &inputs.sysfs_root, vm.as_ref(), &cpu))
+        .unwrap_or_default();
+    if !refusals.is_empty() {
+        let order: Vec<Bdf> = match &vm {
+            Some(f) => f.gpus.iter().map(|g| g.busid).collect(),
+            None => p2p_nccl::loader::file_gpus(text.as_deref().unwrap_or_default()),
+        };
+        let pred =
+            p2p_nccl::loader::refused_prediction(&order, &refusals, &env, &|a, b| answers(a, b).0);
+        let pairs = beside_driver(pred.pairs, &answers);
+        let mut report = ExplainReport::new(choice, &env, cpu, pairs, pred.gpus);
+        report.what_if = applied;
+        report.loader_refusals = refusals;
+        return Ok(Explained {
+            report,
+            facts: None,
+            derived,
+        });
+    }
+    let xml = match &text {
         None => None,
-        Some(path) => {
-            let text = fs::read_to_string(path).map_err(|e| NcclTopoError::Io {
-                path: PathBuf::from(path),
-                why: format!("{} ({}): {e}", choice.why, path),
-            })?;
-            let refusals = loader_refusals(&text, &inputs.sysfs_root, Some(&facts), &cpu);
-            if !refusals.is_empty() {
-                let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
-                let (pairs, gpus) =
-                    refused_pairs(&order, &refusals, &env, &|x, y| driver_answer(probe, x, y));
-                let mut report = ExplainReport::new(choice, &env, cpu, pairs, gpus);
-                report.loader_refusals = refusals;
-                return Ok(report);
-            }
-            Some(p2p_nccl::parse(&text).map_err(|e| NcclTopoError::Io {
-                path: PathBuf::from(path),
-                why: e.to_string(),
-            })?)
+        Some(t) => Some(p2p_nccl::parse(t).map_err(|e| NcclTopoError::Io {
+            path: PathBuf::from(choice.path.as_deref().unwrap_or("derived file")),
+            why: e.to_string(),
+        })?),
+    };
+    let facts = match (vm, &xml) {
+        (Some(f), _) => f,
+        (None, Some(x)) => VmFacts::from_file(x, cpu.clone()),
+        (None, None) => {
+            return Err(NcclTopoError::NoGpu(crate::probe::sysfs::resolve_root(
+                &inputs.sysfs_root,
+            )))
         }
     };
-    let eff = p2p_nccl::effective(xml.as_ref(), &facts);
-    let graph = p2p_nccl::Graph::build(&eff.xml);
+    let mut eff = p2p_nccl::effective(xml.as_ref(), &facts);
+    if what_if.hide_nvlink {
+        p2p_nccl::fill::hide_nvlink(&mut eff);
+    }
     let order: Vec<Bdf> = facts.gpus.iter().map(|g| g.busid).collect();
-    let pred = p2p_nccl::predict(&graph, &env, &order, &|x, y| driver_answer(probe, x, y).0);
-    let pairs = beside_driver(pred.pairs, &|x, y| driver_answer(probe, x, y));
+    let pred = p2p_nccl::predict(&Graph::build(&eff.xml), &env, &order, &|x, y| {
+        answers(x, y).0
+    });
+    let pairs = beside_driver(pred.pairs, &answers);
     let mut report =
         ExplainReport::new(choice, &env, decided_cpu(&eff.xml, &cpu), pairs, pred.gpus);
+    report.what_if = applied;
     report.notes = eff.notes;
-    Ok(report)
+    Ok(Explained {
+        report,
+        facts: Some(facts),
+        derived,
+    })
 }
