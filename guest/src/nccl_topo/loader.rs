@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use p2p_nccl::loader::{self, LoaderContext, LoaderRefusal};
-use p2p_nccl::{CpuIdentity, VmFacts};
+use p2p_nccl::{CpuIdentity, VmFacts, VmNic};
 use p2p_topology::Bdf;
 
 use crate::probe::sysfs::resolve_root;
@@ -25,7 +25,7 @@ pub fn refusals_in_vm(
     text: &str,
     sysfs_root: &Path,
     gpus: &[Bdf],
-    nets: &[String],
+    nets: &[VmNic],
     cpu: &CpuIdentity,
 ) -> Vec<LoaderRefusal> {
     let root = resolve_root(sysfs_root);
@@ -54,8 +54,7 @@ pub fn loader_refusals(
     match facts {
         Some(f) => {
             let gpus: Vec<Bdf> = f.gpus.iter().map(|g| g.busid).collect();
-            let nets: Vec<String> = f.nics.iter().map(|n| n.name.clone()).collect();
-            refusals_in_vm(text, sysfs_root, &gpus, &nets, cpu)
+            refusals_in_vm(text, sysfs_root, &gpus, &f.nics, cpu)
         }
         None => loader::refusals(
             text,

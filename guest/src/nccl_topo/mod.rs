@@ -267,10 +267,7 @@ pub fn nccl_accepts(path: &Path, text: &str, sysfs_root: &Path) -> Result<(), Nc
     let root = resolve_root(sysfs_root);
     let functions = read_functions(sysfs_root)?;
     let gpus: Vec<Bdf> = scan_gpus(sysfs_root)?.iter().map(|g| g.bdf).collect();
-    let nets: Vec<String> = vm_facts::read_nics(&root, &functions)
-        .into_iter()
-        .map(|n| n.name)
-        .collect();
+    let nets = vm_facts::read_nics(&root, &functions);
     let cpu = CpuIdentity {
         arch: std::env::consts::ARCH.to_string(),
         ..CpuIdentity::default()

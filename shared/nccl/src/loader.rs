@@ -18,7 +18,7 @@ mod survive;
 use serde::{Deserialize, Serialize};
 
 use super::env::NcclEnv;
-use super::fill::CpuIdentity;
+use super::fill::{CpuIdentity, VmNic};
 use super::path::PathType;
 use super::predict::{DriverP2p, GpuVerdict, PairVerdict, Prediction, Transport};
 use p2p_topology::bdf::Bdf;
@@ -107,9 +107,12 @@ pub struct LoaderContext<'a> {
     /// is spelled as NCCL spells it, `0000:1b:00.0`); None: every GPU of the
     /// file (a file explained outside a VM, as in a VM that matches it).
     pub gpus: Option<&'a [Bdf]>,
-    /// The net devices NCCL's net plugin names (a `<net>` survives the trim
-    /// when its name is one of them); None: every `<net>` of the file.
-    pub nets: Option<&'a [String]>,
+    /// The net devices NCCL's net plugin names, with the PCI function each
+    /// sits on (none for a socket interface without one): a `<net>` of the
+    /// file survives the trim when its name is one of them, and one the file
+    /// does not name is attached where auto-detection puts it. None: every
+    /// `<net>` of the file, and no other.
+    pub nets: Option<&'a [VmNic]>,
     /// Whether a bus id, as the file spells it, is a PCI device in sysfs
     /// (auto-detection then takes the `<pci>`'s class from there).
     pub in_sysfs: &'a dyn Fn(&str) -> bool,

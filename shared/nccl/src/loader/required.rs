@@ -173,7 +173,13 @@ impl<'a> Check<'a> {
 
     fn cpu(&mut self, c: usize) {
         let filled = self.s.filled[c];
-        let unfilled = "no GPU in use sits below this <cpu> in the file (or, with a <net> in use below it, not every GPU in use does), so auto-detection leaves a copy of it unfilled".to_string();
+        let unfilled = match self.s.hung_nets[c].as_slice() {
+            [] => "no GPU in use sits below this <cpu> in the file (or, with a <net> in use below it, not every GPU in use does), so auto-detection leaves a copy of it unfilled".to_string(),
+            nets => format!(
+                "NCCL's net plugin names {}, which the file does not list and which has no PCI device, so auto-detection hangs it below the file's first <cpu> without filling it (src/graph/xml.cc:944-945); every rank then keeps this <cpu>, and the copy of a rank whose GPU sits below another <cpu> reaches the loader unfilled beside the filled one (copies merge only when equal, src/graph/xml.cc:291-303)",
+                nets.join(", ")
+            ),
+        };
         if !self.has(c, "numaid") && !self.numa_refused.contains(&c) {
             self.missing(c, "numaid", "src/graph/topo.cc:501", "NCCL reads numaid of every <cpu> it keeps, and auto-detection never fills it in a <cpu> of the file".into());
         }

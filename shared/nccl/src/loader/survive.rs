@@ -6,9 +6,21 @@
 //! and which elements auto-detection walks and fills before the loader reads
 //! them (`ncclTopoGetXmlFromSys`, xml.cc:573-734; `ncclTopoGetXmlFromCpu`,
 //! xml.cc:476-549).
+//!
+//! A walk follows the file's own parents (a `<pci>` of the file always has
+//! one, so sysfs is never asked where it sits, xml.cc:651-652): a GPU whose
+//! bus id the file names fills its `<pci>`, the bridges the file puts above
+//! it (sysfs or not) and the file's `<cpu>` above them. A net the plugin
+//! names and the file does not is attached by auto-detection: without a PCI
+//! device (a virtio or socket interface) below the file's first `<cpu>`,
+//! which is then kept by every rank but filled by none (xml.cc:924-945,
+//! topo.cc:1332); on a PCI function, through its own sysfs chain to the
+//! first bridge the file names (xml.cc:683) or to the `<cpu>` of its NUMA
+//! node (xml.cc:672-673), which every rank then walks and fills.
 
 use super::reader::Element;
 use super::LoaderContext;
+use crate::fill::VmNic;
 
 /// The file as the loader meets it, per element (indices of the reader's
 /// elements).
@@ -33,6 +45,9 @@ pub(super) struct Survivors {
     /// does not list are left out of this count (where their sysfs walk
     /// lands in the file is not modelled).
     pub filled: Vec<bool>,
+    /// The nets the plugin names that auto-detection hangs below this
+    /// element without filling it (the file's first `<cpu>`).
+    pub hung_nets: Vec<Vec<String>>,
 }
 
 /// Whether `e` is kind `name`.
@@ -69,6 +84,7 @@ pub(super) fn survivors(elements: &[Element], ctx: &LoaderContext) -> Survivors 
         ranks: Vec::new(),
         visits: vec![0; n],
         filled: vec![false; n],
+        hung_nets: vec![Vec::new(); n],
     };
     let pcis = || (0..n).filter(|&i| is(&elements[i], "pci"));
     match ctx.gpus {
@@ -96,15 +112,37 @@ pub(super) fn survivors(elements: &[Element], ctx: &LoaderContext) -> Survivors 
         .iter()
         .map(|e| e.attr("keep") == Some("1"))
         .collect();
+    // Elements every rank's walk reaches: what a PCI net the file does not
+    // name climbs to.
+    let mut walked_by_all = vec![false; n];
     let nets = (0..n).filter(|&i| is(&elements[i], "net"));
     match ctx.nets {
-        Some(names) => {
-            for name in names {
+        Some(plugin) => {
+            for net in plugin {
                 if let Some(i) = nets
                     .clone()
-                    .find(|&i| elements[i].attr("name") == Some(name))
+                    .find(|&i| elements[i].attr("name") == Some(net.name.as_str()))
                 {
                     shared[i] = true;
+                    continue;
+                }
+                match attach(elements, net) {
+                    Attach::FirstCpu(c) => {
+                        shared[c] = true;
+                        s.hung_nets[c].push(net.name.clone());
+                    }
+                    Attach::Walked(start) => {
+                        let mut at = Some(start);
+                        while let Some(p) = at {
+                            if !(is(&elements[p], "pci") || is(&elements[p], "cpu")) {
+                                break;
+                            }
+                            shared[p] = true;
+                            walked_by_all[p] = true;
+                            at = elements[p].parent;
+                        }
+                    }
+                    Attach::Outside => {}
                 }
             }
         }
@@ -159,11 +197,56 @@ pub(super) fn survivors(elements: &[Element], ctx: &LoaderContext) -> Survivors 
         }
     }
     let ranks = s.ranks.len();
-    s.filled = s
-        .visits
-        .iter()
-        .zip(&shared)
-        .map(|(&v, &sh)| v > 0 && (!sh || v == ranks))
+    s.filled = (0..n)
+        .map(|i| walked_by_all[i] || (s.visits[i] > 0 && (!shared[i] || s.visits[i] == ranks)))
         .collect();
     s
+}
+
+/// Where auto-detection attaches a net the file does not name.
+enum Attach {
+    /// Below the file's first `<cpu>`, unfilled: a net without a PCI device
+    /// (its sysfs path is not a PCI device's, xml.cc:924-933, 944-945).
+    FirstCpu(usize),
+    /// Through its sysfs chain up to this element of the file (a bridge the
+    /// file names, xml.cc:683, or the `<cpu>` of its NUMA node, xml.cc:672-673),
+    /// which every rank walks from there.
+    Walked(usize),
+    /// Into nodes auto-detection creates itself, outside the file's.
+    Outside,
+}
+
+fn attach(elements: &[Element], net: &VmNic) -> Attach {
+    let first_cpu = || {
+        (0..elements.len()).find(|&i| {
+            is(&elements[i], "cpu")
+                && elements[i]
+                    .parent
+                    .is_some_and(|p| is(&elements[p], "system"))
+        })
+    };
+    let Some(f) = &net.function else {
+        return first_cpu().map_or(Attach::Outside, Attach::FirstCpu);
+    };
+    let named = |b: &p2p_topology::Bdf| {
+        let spelled = b.to_string();
+        (0..elements.len())
+            .find(|&i| is(&elements[i], "pci") && elements[i].attr("busid") == Some(&spelled))
+    };
+    if let Some(i) = std::iter::once(&f.busid)
+        .chain(f.bridges.iter().rev())
+        .find_map(named)
+    {
+        return Attach::Walked(i);
+    }
+    let numa = f.numa.to_string();
+    (0..elements.len())
+        .find(|&i| {
+            is(&elements[i], "cpu")
+                && elements[i]
+                    .parent
+                    .is_some_and(|p| is(&elements[p], "system"))
+                && elements[i].attr("numaid") == Some(numa.as_str())
+        })
+        .map_or(Attach::Outside, Attach::Walked)
 }

@@ -3,6 +3,7 @@
 //! are given.
 
 use super::*;
+use crate::fill::VmFunction;
 
 fn intel() -> CpuIdentity {
     CpuIdentity {
@@ -13,17 +14,34 @@ fn intel() -> CpuIdentity {
     }
 }
 
-/// The refusals of `text` in a VM with these GPUs, nets and sysfs bus ids.
+/// A net the plugin names with no PCI device of its own (a virtio or
+/// socket interface, as `eth0` is on the passthrough VMs).
+fn socket(name: &str) -> VmNic {
+    VmNic {
+        name: name.into(),
+        function: None,
+        speed_mbps: 10_000,
+        gdr: false,
+    }
+}
+
+/// The refusals of `text` in a VM with these GPUs, nets (none with a PCI
+/// device) and sysfs bus ids.
 fn in_vm(text: &str, gpus: &[&str], nets: &[&str], sysfs: &[&str]) -> Vec<LoaderRefusal> {
+    let nets: Vec<VmNic> = nets.iter().map(|n| socket(n)).collect();
+    in_vm_with(text, gpus, &nets, sysfs)
+}
+
+/// [`in_vm`] with the nets as the VM lists them.
+fn in_vm_with(text: &str, gpus: &[&str], nets: &[VmNic], sysfs: &[&str]) -> Vec<LoaderRefusal> {
     let gpus: Vec<Bdf> = gpus.iter().map(|g| g.parse().unwrap()).collect();
-    let nets: Vec<String> = nets.iter().map(|n| n.to_string()).collect();
     let in_sysfs = |b: &str| sysfs.contains(&b);
     let cpu = intel();
     refusals(
         text,
         &LoaderContext {
             gpus: Some(&gpus),
-            nets: Some(&nets),
+            nets: Some(nets),
             in_sysfs: &in_sysfs,
             cpu: &cpu,
         },
@@ -70,6 +88,7 @@ fn brief(r: &[LoaderRefusal]) -> Vec<Brief<'_>> {
 
 const E: NcclOutcome = NcclOutcome::InternalError;
 
+mod cpu_per_gpu;
 mod links;
 
 /// A `<system>` of one `<cpu>` (its attributes given) holding `body`.
