@@ -9,7 +9,7 @@
 //!
 //! It runs from the tests crate because the property's allocator model lives
 //! there (tests/src/dra_model.rs). The hosts are p2p-allocation's chooser bench's
-//! (shared/benches/common/hgx.rs). Runs: `VP2P_BENCH_RUNS` (default 50).
+//! (p2p_test_support::topologies::hgx). Runs: `VP2P_BENCH_RUNS` (default 50).
 
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,7 @@ use p2p_allocation::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
 use p2p_tests::dra_model::verify_cliques;
 use p2p_topology::GpuSelector;
 
-#[path = "../../shared/allocation/benches/common/hgx.rs"]
-mod hgx;
+use p2p_test_support::topologies::hgx;
 
 fn median_worst(mut times: Vec<Duration>) -> (Duration, Duration) {
     times.sort();
@@ -36,7 +35,7 @@ fn main() {
         .unwrap_or(50);
     let sel = GpuSelector::Nvidia;
 
-    let big = hgx::host();
+    let big = hgx(2, 2);
     let mut opts = SliceOptions::new("node-16", DEFAULT_DRIVER, &sel);
     opts.bind = true;
     let mut times = Vec::new();
@@ -60,7 +59,7 @@ fn main() {
         ms(worst)
     );
 
-    let small = hgx::host_of(1, 2);
+    let small = hgx(1, 2);
     let mut opts = SliceOptions::new("node-8", DEFAULT_DRIVER, &sel);
     opts.bind = true;
     let p = build_slices(&small, &opts).expect("the generated host publishes");

@@ -12,15 +12,11 @@ use p2p_allocation::dra::{
 };
 use p2p_tests::dra_model::verify_cliques;
 use p2p_topology::pci::PciePortType;
-use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, NvLink, PciFunction};
+use p2p_topology::topology::NvLink;
 use p2p_topology::{Bdf, GpuSelector, Role, Topology};
 use proptest::prelude::*;
 
-/// The builder's unit-test trees (`Tree`, `hand_built`), one file for both crates.
-#[path = "../../shared/allocation/src/dra/tests/trees.rs"]
-#[allow(dead_code)] // the unit tests' shorthands this file does not need
-mod trees;
-use trees::{b, hand_built, Tree, BRIDGE, GPU, NIC};
+use p2p_test_support::topologies::{bdf as b, hand_built, Tree, BRIDGE, GPU, NIC};
 
 #[test]
 fn the_property_holds_on_the_hand_built_tree() {

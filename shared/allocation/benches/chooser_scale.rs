@@ -16,9 +16,7 @@ use p2p_allocation::chooser::{choose, Request};
 use p2p_allocation::clique::MaxLevel;
 use p2p_topology::{Bdf, GpuSelector, PathClass};
 
-#[path = "common/hgx.rs"]
-mod hgx;
-use hgx::host;
+use p2p_test_support::topologies::hgx;
 
 const TARGET: Duration = Duration::from_millis(10);
 
@@ -27,7 +25,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
-    let topo = host();
+    let topo = hgx(2, 2);
     let sel = GpuSelector::Nvidia;
     let free: Vec<Bdf> = topo
         .functions

@@ -1,12 +1,9 @@
 //! Clique policy on the hand-built dual-socket server.
 
-#[path = "../../topology/tests/support/mod.rs"]
-mod support;
-
 use p2p_allocation::clique::{plan_cliques, MaxLevel, PlanError};
+use p2p_test_support::topologies::{acs_rr, bdf, by_port, host_bridge, server};
 use p2p_topology::topology::NvLink;
 use p2p_topology::{Bdf, PathClass};
-use support::{bdf, server};
 
 fn gpus(list: &[&str]) -> Vec<Bdf> {
     list.iter().map(|s| bdf(s)).collect()
@@ -138,7 +135,7 @@ fn acs_redirect_is_named_in_the_reason() {
     let mut t = server();
     for f in &mut t.functions {
         if f.pcie_port_type == Some(p2p_topology::pci::PciePortType::SwitchDownstream) {
-            f.acs = support::acs_rr(true);
+            f.acs = acs_rr(true);
         }
     }
     let plan = plan_cliques(
@@ -198,16 +195,16 @@ fn more_than_sixteen_cliques_is_an_error_not_a_wrap() {
         let bus = i * 8;
         let name = format!("pci0000:{bus:02x}");
         t.host_bridges
-            .push(support::host_bridge(&name, bus, Some(u32::from(i))));
+            .push(host_bridge(&name, bus, Some(u32::from(i))));
         let addr = format!("0000:{:02x}:00.0", bus + 1);
         let rp = format!("0000:{bus:02x}:01.0");
-        t.functions.push(support::func(
+        t.functions.push(by_port(
             &rp,
             &name,
             None,
             p2p_topology::pci::PciePortType::RootPort,
         ));
-        t.functions.push(support::func(
+        t.functions.push(by_port(
             &addr,
             &name,
             Some(&rp),

@@ -23,9 +23,6 @@
 //! after each phase. A leak shows as memory or descriptors that do not come
 //! back to their level after the warm-up.
 
-#[path = "../../../tests/serve_common/mod.rs"]
-mod serve_common;
-
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -36,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use p2p_host::serve::wire::cmd;
 use p2p_host::serve::BarMemory;
-use serve_common::{Raw, H200};
+use p2p_test_support::vfio_user_client::{Raw, H200};
 
 const GPUS: usize = 64;
 /// Sessions per phase; `SERVE_LOAD_SESSIONS` sets another number (a quick look).

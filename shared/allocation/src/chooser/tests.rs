@@ -1,10 +1,12 @@
 //! Unit tests on hand-built topologies: one host bridge with two switches.
 
 use super::*;
+use p2p_test_support::topologies::function;
 use p2p_topology::classify::PathClass;
 use p2p_topology::pci::PciePortType;
-use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, PciFunction};
+use p2p_topology::topology::{HostBridge, PciFunction};
 
+/// A function of `class` on host bridge pci0000:00 (NUMA 0).
 fn func(
     bdf: &str,
     parent: Option<&str>,
@@ -12,27 +14,10 @@ fn func(
     port: Option<PciePortType>,
     group: Option<u32>,
 ) -> PciFunction {
-    PciFunction {
-        bdf: bdf.parse().unwrap(),
-        vendor: 0x10de,
-        device: 0x2335,
-        subsystem_vendor: None,
-        subsystem_device: None,
-        class,
-        is_bridge: class >> 8 == 0x0604,
-        host_bridge: "pci0000:00".into(),
-        parent: parent.map(|p| p.parse().unwrap()),
-        pcie_port_type: port,
-        acs: AcsState::Absent,
-        iommu_group: group,
-        numa_node: Some(0),
-        cpu_affinity: None,
-        driver: None,
-        link: LinkInfo::default(),
-        config_len: 256,
-        interfaces: Vec::new(),
-        rdma_devices: Vec::new(),
-    }
+    let mut f = function(b(bdf), "pci0000:00", parent.map(b), class, port);
+    f.iommu_group = group;
+    f.numa_node = Some(0);
+    f
 }
 
 /// Root port 00:01.0 -> switch A (up 01:00.0, downs 02:00..02.0) with GPUs

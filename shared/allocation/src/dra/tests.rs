@@ -8,10 +8,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use p2p_topology::topology::{AcsState, HostBridge, LinkInfo};
-
-mod trees;
-use trees::*;
+use p2p_test_support::topologies::{bdf as b, hand_built, Tree};
 
 fn attr<'a>(p: &Publication, d: &'a Device, id: &str) -> Option<&'a DeviceAttribute> {
     d.attributes.get(&p.attribute_name(id))

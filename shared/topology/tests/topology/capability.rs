@@ -1,11 +1,10 @@
 //! Property tests for the NVIDIA P2P clique capability codec
 //! (`P2pCapability::{decode, encode, dwords, has_signature}`, `Clique::new`).
 //!
-//! The invariants for arbitrary bytes live in fuzz/src/capability.rs, shared with
+//! The invariants for arbitrary bytes live in p2p-test-support (capability_invariants), shared with
 //! the `capability` fuzz target.
 
-#[path = "../../../fuzz/src/capability.rs"]
-mod invariants;
+use p2p_test_support::capability_invariants as invariants;
 
 use p2p_topology::capability::{CapabilityError, Clique, P2pCapability};
 use proptest::collection::vec;

@@ -2,15 +2,13 @@
 //! a pointer into the header, a pointer past the bytes read and a capability
 //! past its region give exactly the matching `WalkError`.
 
-mod walker_gen;
-
-use p2p_topology::pci::{WalkError, CONFIG_EXTENDED_LEN as EXT, CONFIG_LEGACY_LEN as LEGACY};
-use proptest::collection::vec;
-use proptest::prelude::*;
-use walker_gen::{
+use crate::walker_gen::{
     ext_cap, ext_chain_in, register, set_ext_next, std_cap, std_chain_in, walk_ext, walk_std, Ext,
     ExtChain, Std, StdChain,
 };
+use p2p_topology::pci::{WalkError, CONFIG_EXTENDED_LEN as EXT, CONFIG_LEGACY_LEN as LEGACY};
+use proptest::collection::vec;
+use proptest::prelude::*;
 
 /// A chain below 0xc0 and a capability of known layout at an offset where it
 /// does not fit below 0x100.

@@ -1,7 +1,6 @@
-//! Shared by the serve_* tests: the captured H200, a server on a temporary
-//! socket, and a raw vfio-user client that can send anything.
-
-#![allow(dead_code)]
+//! For the tests and the load bench of `p2p-host serve`: the captured H200,
+//! a server on a temporary socket, and a raw vfio-user client that can send
+//! anything.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -18,24 +17,20 @@ use p2p_host::serve::{self, CaptureFiles, CapturedGpu, ServeEvent, ServeHandle, 
 use p2p_topology::Clique;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
-/// The repository's tests/fixtures directory (found from the package's own
-/// directory: host/ for the library's tests, host/cli for the binary's).
+/// The repository's tests/fixtures directory.
 pub fn fixtures() -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let repo = here
-        .ancestors()
-        .find(|d| d.join("Cargo.lock").is_file())
-        .unwrap_or(here);
-    repo.join("tests/fixtures")
+    crate::repo_root().join("tests/fixtures")
 }
 
 /// The H200 of the 2x H200 passthrough capture (00:06.0), unpacked: its
 /// directory holds `config` (4096 bytes) and `resource`.
 pub struct H200 {
+    /// The temporary directory the capture is unpacked into.
     pub dir: tempfile::TempDir,
 }
 
 impl H200 {
+    /// Unpacks the GPU's directory of the capture.
     pub fn unpack() -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let tgz = fixtures().join("h200x2-passthrough-guest/sysfs.tgz");
@@ -51,16 +46,19 @@ impl H200 {
         H200 { dir }
     }
 
+    /// The GPU's sysfs directory.
     pub fn device_dir(&self) -> PathBuf {
         self.dir
             .path()
             .join("sysfs/devices/pci0000:00/0000:00:06.0")
     }
 
+    /// Its 4096-byte config space.
     pub fn config(&self) -> PathBuf {
         self.device_dir().join("config")
     }
 
+    /// The files `serve` reads a captured GPU from.
     pub fn files(&self) -> CaptureFiles {
         CaptureFiles {
             config: self.config(),
@@ -71,18 +69,23 @@ impl H200 {
 
 /// A running server and what it reported.
 pub struct Running {
+    /// The server, until it is shut down.
     pub handle: Option<ServeHandle>,
+    /// Every event it reported, in order.
     pub events: Arc<Mutex<Vec<ServeEvent>>>,
+    /// Its socket.
     pub socket: PathBuf,
     _dir: tempfile::TempDir,
     _h200: H200,
 }
 
 impl Running {
+    /// The events so far.
     pub fn events(&self) -> Vec<ServeEvent> {
         self.events.lock().unwrap().clone()
     }
 
+    /// A new client on its socket.
     pub fn connect(&self) -> Raw {
         Raw::connect(&self.socket)
     }
@@ -144,8 +147,11 @@ pub fn serve_h200(clique: u8) -> Running {
 /// A reply: header, body, descriptors.
 #[derive(Debug)]
 pub struct Reply {
+    /// The reply's header.
     pub header: Header,
+    /// Its body, after the header.
     pub body: Vec<u8>,
+    /// The descriptors that came with it.
     pub fds: Vec<File>,
 }
 
@@ -161,11 +167,13 @@ pub const QEMU_CAPS: &str = r#"{"capabilities":{"migration":{"pgsize":4096,"max_
 
 /// A client that writes whatever it is told.
 pub struct Raw {
+    /// The connection.
     pub stream: UnixStream,
     next_id: u16,
 }
 
 impl Raw {
+    /// Connects to the socket at `path`.
     pub fn connect(path: &Path) -> Self {
         let stream = UnixStream::connect(path).expect("connects");
         stream
@@ -255,6 +263,7 @@ impl Raw {
         r
     }
 
+    /// VERSION with QEMU 11.1's capabilities.
     pub fn version(&mut self) -> Reply {
         let mut body = vec![0u8, 0, 1, 0];
         body.extend_from_slice(QEMU_CAPS.as_bytes());
@@ -262,6 +271,7 @@ impl Raw {
         self.call(cmd::VERSION, &body)
     }
 
+    /// REGION_READ; the errno of an error reply.
     pub fn region_read(&mut self, region: u32, offset: u64, count: u32) -> Result<Vec<u8>, i32> {
         let mut body = offset.to_ne_bytes().to_vec();
         body.extend_from_slice(&region.to_ne_bytes());
@@ -273,6 +283,7 @@ impl Raw {
         }
     }
 
+    /// REGION_WRITE; the errno of an error reply.
     pub fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), i32> {
         let mut body = offset.to_ne_bytes().to_vec();
         body.extend_from_slice(&region.to_ne_bytes());
@@ -282,11 +293,13 @@ impl Raw {
         r.errno().map_or(Ok(()), Err)
     }
 
+    /// One dword of config space (region 7); panics on an error reply.
     pub fn config_dword(&mut self, offset: u64) -> u32 {
         let b = self.region_read(7, offset, 4).expect("config read");
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
 
+    /// The connection's descriptor.
     pub fn raw_fd(&self) -> RawFd {
         self.stream.as_raw_fd()
     }

@@ -1,7 +1,7 @@
 //! What must hold for ANY bytes handed to the P2P capability decoder.
 //!
-//! Shared by the `capability` fuzz target and by `shared/tests/capability.rs`,
-//! which includes this file with `#[path]`.
+//! Checked by the `capability` fuzz target and by the capability property
+//! tests of p2p-topology: one list of invariants for both.
 
 use p2p_topology::capability::{
     CapabilityError, P2pCapability, MAX_CLIQUE, P2P_CAP_LEN, P2P_SIGNATURE, P2P_VERSION,

@@ -8,16 +8,13 @@
 //! machine's memory, and 20 s of wall time, after which it is killed and the
 //! test fails.
 
-#[path = "../../tests/serve_common/mod.rs"]
-mod serve_common;
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serve_common::{Raw, H200};
+use p2p_test_support::vfio_user_client::{Raw, H200};
 
 /// The exit status the unit does not restart on (EX_CONFIG, sysexits.h).
 const EX_CONFIG: i32 = 78;

@@ -1,9 +1,8 @@
 //! What must hold for ANY bytes handed to `ConfigSpace` and its walkers.
 //!
-//! Shared by the `walkers` fuzz target and by the walker property tests
-//! (`shared/tests/walker_gen/mod.rs`, used by `shared/tests/walker*.rs`), which
-//! include this file with `#[path]`, so the property tests and the fuzzer check one
-//! list of invariants. Only `p2p_topology` and std are used here.
+//! Checked by the `walkers` fuzz target and by the walker property tests of
+//! p2p-topology, so the property tests and the fuzzer check one list of
+//! invariants. Only `p2p_topology` and std are used here.
 
 use p2p_topology::pci::{
     AcsFlags, CapabilityEntry, ConfigError, ConfigSpace, ExtCapabilityEntry, LenSource,

@@ -2,9 +2,6 @@
 //! `p2p-host serve` command line, and why the guard in front of
 //! `vfio_user::Server` exists.
 
-#[path = "../../tests/serve_common/mod.rs"]
-mod serve_common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -12,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use p2p_host::serve::{bind_socket, ServeError, SocketMode};
-use serve_common::{serve_h200, H200};
+use p2p_test_support::vfio_user_client::{self as serve_common, serve_h200, H200};
 
 #[test]
 fn socket_is_private_and_removed_at_shutdown() {

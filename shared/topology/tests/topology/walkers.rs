@@ -6,13 +6,11 @@
 //! Generated valid chains are in `walker_chains.rs`, mutated chains in
 //! `walker_mutations.rs`; the generators live in `walker_gen/`.
 
-mod walker_gen;
-
+use crate::walker_gen::{invariants, noise, register, set_ext_next};
 use p2p_topology::pci::{CONFIG_EXTENDED_LEN as EXT, CONFIG_LEGACY_LEN as LEGACY};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
-use walker_gen::{invariants, noise, register, set_ext_next};
 
 /// Config-space reads: the 64-byte header of a non-root reader, 256 bytes of
 /// conventional space, 4096 of PCI Express space, and anything in between.

@@ -1,15 +1,13 @@
 //! The vfio-user server against the captured H200: what a client sees through
 //! rust-vmm's own client, and how the server answers malformed messages.
 
-mod serve_common;
-
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use p2p_host::serve::wire::{cmd, FLAG_NO_REPLY, TYPE_REPLY};
 use p2p_host::serve::{BarMemory, ServeEvent};
-use serve_common::{assert_alive, serve_h200};
+use p2p_test_support::vfio_user_client::{self as serve_common, assert_alive, serve_h200};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_BOOL, VFIO_IRQ_SET_DATA_EVENTFD,
     VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,

@@ -2,12 +2,10 @@
 //! a dual-socket host with PCIe switches below root ports, a nested switch,
 //! ACS on and off, and NVLink bonds.
 
-mod support;
-
+use p2p_test_support::topologies::{acs_rr, bdf, server};
 use p2p_topology::classify::{classify, PathClass, PeerRoute};
 use p2p_topology::pci::PciePortType;
 use p2p_topology::topology::{AcsState, NvLink, Topology};
-use support::{acs_rr, bdf, server};
 
 fn class(t: &Topology, a: &str, b: &str) -> PathClass {
     classify(t, bdf(a), bdf(b)).unwrap().class

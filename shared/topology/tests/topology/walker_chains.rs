@@ -3,11 +3,9 @@
 //! lengths the PCI / PCI Express specs give them, and the invariants of
 //! fuzz/src/walkers.rs hold for them too.
 
-mod walker_gen;
-
+use crate::walker_gen::{ext_chain_in, invariants, std_chain_in, walk_ext, walk_std};
 use p2p_topology::pci::{CONFIG_EXTENDED_LEN as EXT, CONFIG_LEGACY_LEN as LEGACY};
 use proptest::prelude::*;
-use walker_gen::{ext_chain_in, invariants, std_chain_in, walk_ext, walk_std};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]

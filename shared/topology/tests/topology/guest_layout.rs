@@ -2,14 +2,12 @@
 //! three host bridges on two sockets): addresses by the numbering rule,
 //! derived by hand, and the refusals.
 
-mod support;
-
+use p2p_test_support::topologies::{bdf, server};
 use p2p_topology::guest_layout::{
     flat, flat_from, mirror, mirror_from, DeviceRole, FirstSlot, FirstSlotError, LayoutError,
     PortKind, VmDevice,
 };
 use p2p_topology::nccl_topo::from_guest;
-use support::{bdf, server};
 
 fn gpu(b: &str, clique: u8) -> VmDevice {
     VmDevice {
@@ -118,7 +116,7 @@ fn refusals_name_the_device() {
         .collect();
     let mut t2 = server();
     for d in &many {
-        let mut f = support::func(
+        let mut f = p2p_test_support::topologies::by_port(
             &d.host.to_string(),
             "pci0000:20",
             None,
@@ -167,7 +165,7 @@ fn first_slot_parses_decimal_and_hex_within_q35s_free_slots() {
 fn first_slot_moves_the_flat_slots() {
     // An audio-like second function beside GPU 08:00.0 (below root port 00:02.0).
     let mut t = server();
-    t.functions.push(support::func(
+    t.functions.push(p2p_test_support::topologies::by_port(
         "0000:08:00.1",
         "pci0000:00",
         Some("0000:00:02.0"),

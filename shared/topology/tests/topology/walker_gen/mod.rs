@@ -7,8 +7,7 @@
 
 /// The invariants that must hold for ANY bytes; the `walkers` fuzz target checks
 /// the same list.
-#[path = "../../../../fuzz/src/walkers.rs"]
-pub mod invariants;
+pub use p2p_test_support::walker_invariants as invariants;
 
 use p2p_topology::pci::{
     CapabilityEntry, ConfigSpace, ExtCapabilityEntry, LenSource, WalkError,
