@@ -21,5 +21,5 @@ done
 if [ ! -x "${CARGO_TARGET_DIR:-target}/kube-peers/kube-peers" ]; then
     bash scripts/build-kube-peers.sh
 fi
-cargo build -q -p p2p-host-cli -p p2p-tests --bin p2p-host --bin fleet
+cargo build -q -p p2p-host-cli -p p2p-fleet --bin p2p-host --bin fleet
 exec "${CARGO_TARGET_DIR:-target}/debug/fleet" "$@"

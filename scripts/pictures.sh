@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the pictures under docs/pictures from the captured trees and the
-# recorded bench runs (tests/tests/pictures/ fails when they are stale):
+# recorded bench runs (tests/tests/project/pictures/ fails when they are stale):
 #
 #   bash scripts/pictures.sh [OUTDIR]      (default docs/pictures)
 #

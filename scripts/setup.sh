@@ -7,8 +7,9 @@
 # - Debian packages: QEMU 7.2 (contract and boot tests), libvirt's schema validator
 #   (virt-xml-validate + xmllint), pciutils (lspci -F in the inject test), debootstrap
 #   (for the QEMU 11.1 chroot), cpio, fonts-dejavu-core (DejaVu Sans, the font the pictures
-#   name and tests/tests/pictures/ renders them with), strace (tests/tests/crate_edges.rs
-#   watches which commands start an async runtime);
+#   name and tests/tests/project/pictures/ renders them with), strace (tests/tests/project/crate_edges.rs
+#   watches which commands start an async runtime), procps (scripts/test.sh looks
+#   for processes the suite left with ps);
 # - scripts/qemu/setup.sh: QEMU 11.1 from trixie-backports, a Debian cloud kernel,
 #   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
 # - kubernetes-validate 1.37.0 (PyPI; it bundles Kubernetes' OpenAPI schemas 1.25 to 1.37)
@@ -28,7 +29,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 need=()
-for p in qemu-system-x86 libvirt-clients libxml2-utils pciutils debootstrap cpio unzip fonts-dejavu-core strace; do
+for p in qemu-system-x86 libvirt-clients libxml2-utils pciutils debootstrap cpio unzip fonts-dejavu-core strace procps; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -46,8 +47,10 @@ if [ ! -x "$kv/bin/kubernetes-validate" ] || ! "$kv/bin/kubernetes-validate" --v
     "$kv/bin/pip" install -q "kubernetes-validate==1.37.0" >&2
 fi
 
-bash "$here/build-kube-peers.sh"
-bash "$here/build-kubevirt-hook-client.sh"
+# With VP2P_CLOCK set (scripts/test.sh), each Go build's seconds go there.
+. "$here/clock.sh"
+clocked "go build: kube-peers" bash "$here/build-kube-peers.sh"
+clocked "go build: kubevirt-hook-client" bash "$here/build-kubevirt-hook-client.sh"
 
 nvrtc="$VP2P_CACHE/nvrtc"
 lib="$nvrtc/nvidia/cu13/lib"

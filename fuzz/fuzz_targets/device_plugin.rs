@@ -5,7 +5,7 @@
 //! method's request (the generated prost type, as tonic would) and handed to
 //! the handler, the same `DevicePlugin` the server serves. The GPUs are the
 //! five NVMe functions of the captured nested-switch tree, relinked to
-//! vfio-pci in a temporary copy (as tests/tests/device_plugin.rs does).
+//! vfio-pci in a temporary copy (as tests/tests/kubernetes/device_plugin.rs does).
 //! Asserted: nothing panics; an answer has one entry per container, and
 //! every refusal's message is at most `grpc::MAX_MESSAGE` bytes.
 #![no_main]

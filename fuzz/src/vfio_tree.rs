@@ -1,7 +1,7 @@
 //! The tree the gRPC targets (device plugin, DRA driver) serve: the captured
 //! QEMU nested-switch host, copied to a scratch directory, its five NVMe
 //! functions (the GPUs of that fixture) relinked to vfio-pci as a bind
-//! would, as tests/tests/device_plugin.rs does.
+//! would, as tests/tests/kubernetes/device_plugin.rs does.
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! A vfio-user client that proves `p2p-host serve --gpu ...,vfio=BDF` on
 //! QEMU's `edu` device (docs/specs/edu.rst in QEMU): run in the guest of
-//! `tests/tests/serve_vfio_edu.rs`, next to the server.
+//! `tests/tests/vmm/serve_vfio_edu.rs`, next to the server.
 //!
 //! `vfio_user_edu SOCKET ROUND`: connects (the rust-vmm `vfio_user` client),
 //! then prints one `EDU-OK name: detail` line a check (or `EDU-FAIL`):

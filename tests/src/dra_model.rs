@@ -8,7 +8,7 @@
 //! one clique, and each clique an allocation.
 //!
 //! It is kept only as a fast property check over many generated trees and
-//! every captured one (tests/tests/dra.rs, dra_property.rs). It is not the
+//! every captured one (tests/tests/kubernetes/dra.rs, dra_property.rs). It is not the
 //! truth: the real kube-scheduler is, and the Kubernetes tests exercise it
 //! against a real control plane.
 //!

@@ -3,8 +3,9 @@
 //! copies of the captured nested-switch tree, the driver process, and
 //! readers of what it writes (CDI specs, the checkpoint).
 
+use crate::process::{SpawnOwned, Spawned};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -121,7 +122,7 @@ impl Dirs {
 }
 
 /// The driver process, killed when dropped.
-pub struct Plugin(pub Child);
+pub struct Plugin(pub Spawned);
 
 impl Drop for Plugin {
     fn drop(&mut self) {
@@ -150,7 +151,7 @@ pub fn start(d: &Dirs, tree: &Path, extra: &[&str]) -> Plugin {
         .arg(d.claims())
         .args(extra)
         .stdout(Stdio::null())
-        .spawn()
+        .spawn_owned()
         .unwrap();
     let start = Instant::now();
     while !d.reg_socket().exists() {

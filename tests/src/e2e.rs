@@ -2,13 +2,14 @@
 //! vfio-user by the real `p2p-host serve`, a Debian kernel booted under QEMU
 //! 11.1 (TCG) with boot.sh's `vfio-user-gpus` topology, and the real static
 //! `p2p-guest probe` / `p2p-host topo` / `lspci` / `setpci` inside. This module
-//! has the plumbing; `tests/tests/e2e_injection.rs` has the checks.
+//! has the plumbing; `tests/tests/guests/e2e_injection.rs` has the checks.
 
+use crate::process::{SpawnOwned, Spawned};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -189,7 +190,7 @@ pub fn plan_cliques(p2p_host: &Path, sysfs_root: &Path) -> Result<BTreeMap<Strin
 
 /// `p2p-host serve` running in the background; killed when dropped.
 pub struct Server {
-    child: Child,
+    child: Spawned,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -218,7 +219,7 @@ impl Server {
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_owned()
             .expect("p2p-host serve starts");
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -259,7 +260,7 @@ impl Drop for Server {
 /// capability, the patched pointer, the vendor id (read-only) and the command
 /// register (writable, toggling INTx disable, then restored), read back.
 pub const GUEST_SCRIPT: &str = r#"#!/bin/sh
-# Guest side of tests/tests/e2e_injection.rs (runs as root in the initramfs).
+# Guest side of tests/tests/guests/e2e_injection.rs (runs as root in the initramfs).
 set -u
 out=/tmp/e2e
 mkdir -p $out
@@ -430,7 +431,7 @@ pub fn write_fixture(extracted: &Path, served: &[(GpuSlot, u8)], qemu_version: &
         .collect();
     let text = format!(
         "fixture: {FIXTURE}\n\
-         captured by: cargo test -p p2p-tests --test e2e_injection -- --ignored capture_fixture\n\
+         captured by: cargo test -p p2p-tests --test guests -- --ignored e2e_injection::capture_fixture\n\
          qemu: {qemu_version} (boot.sh --qemu 10 --topology vfio-user-gpus --iommu on)\n\
          kernel: {kernel}\n\
          gpus: p2p-host serve of the H200 in h200x2-passthrough-guest (00:06.0), max-bar={MAX_BAR}\n\

@@ -4,9 +4,11 @@
 //! loopback, and kubectl and the kubelet's plugin clients on demand. No
 //! kubelet with a container runtime runs: nodes are API objects.
 
+use crate::process::{SpawnOwned, Spawned};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -37,7 +39,7 @@ pub fn kube_peers() -> PathBuf {
 /// A control plane of `kube-peers control-plane DIR`, stopped when dropped
 /// (and, through `--watch-pid`, when the test process ends).
 pub struct ControlPlane {
-    child: Option<Child>,
+    child: Option<Spawned>,
     dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -52,18 +54,31 @@ impl ControlPlane {
         cp
     }
 
-    /// One control plane for every test of this test binary, in
-    /// `target/kube-peers/runs/<binary>` (made anew at each start); tests
-    /// keep apart by names (nodes, namespaces) of their own.
-    pub fn shared() -> &'static Self {
-        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-        SHARED.get_or_init(|| {
+    /// One control plane for every test of this test binary that names the
+    /// same `key` (a test module passes `module_path!()`), in
+    /// `target/kube-peers/runs/<binary>-<key>` (made anew at each start):
+    /// the modules of one binary keep the clusters they had as binaries of
+    /// their own, and their tests keep apart by names (nodes, namespaces) of
+    /// their own.
+    pub fn shared(key: &str) -> &'static Self {
+        type Slot = &'static OnceLock<ControlPlane>;
+        static SLOTS: Mutex<BTreeMap<String, Slot>> = Mutex::new(BTreeMap::new());
+        // The map is held only to find the key's slot: clusters of other
+        // keys start at the same time.
+        let slot: Slot = *SLOTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_string())
+            .or_insert_with(|| Box::leak(Box::new(OnceLock::new())));
+        slot.get_or_init(|| {
             let exe = std::env::current_exe().expect("the test binary's path");
             let name = exe
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "tests".into());
-            let dir = target_dir().join("kube-peers/runs").join(name);
+            let dir = target_dir()
+                .join("kube-peers/runs")
+                .join(format!("{name}-{}", key.replace("::", "-")));
             let _ = std::fs::remove_dir_all(&dir);
             Self::start_at(&dir)
         })
@@ -81,7 +96,7 @@ impl ControlPlane {
             .arg(std::process::id().to_string())
             .stdout(Stdio::null())
             .stderr(log)
-            .spawn()
+            .spawn_owned()
             .expect("kube-peers control-plane starts");
         let mut cp = Self {
             child: Some(child),
@@ -158,7 +173,7 @@ impl ControlPlane {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_owned()
             .expect("kubectl runs");
         if let Some(s) = stdin {
             child

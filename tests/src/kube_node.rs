@@ -8,8 +8,9 @@
 //! whose `/dev` has stand-in VFIO nodes, for a pod whose claim the real
 //! scheduler allocated ([`two_peer_gpus_pod`]).
 
+use crate::process::{SpawnOwned, Spawned};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -82,7 +83,7 @@ pub struct SimNode {
     pub cdi: PathBuf,
     /// The kubeconfig the driver runs with (its ServiceAccount's token).
     pub kubeconfig: PathBuf,
-    driver: Option<Child>,
+    driver: Option<Spawned>,
     _tmp: tempfile::TempDir,
 }
 
@@ -168,7 +169,7 @@ impl SimNode {
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdout(Stdio::null())
             .stderr(log)
-            .spawn()
+            .spawn_owned()
             .expect("p2p-host dra driver starts");
         self.driver = Some(child);
     }
@@ -332,7 +333,7 @@ pub struct KubeletNode {
     /// Where the driver writes device metadata.
     pub meta: PathBuf,
     /// The driver process.
-    pub driver: Child,
+    pub driver: Spawned,
 }
 
 impl KubeletNode {
@@ -363,7 +364,7 @@ impl KubeletNode {
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdout(Stdio::null())
             .stderr(log)
-            .spawn()
+            .spawn_owned()
             .expect("p2p-host dra driver starts");
         let node = Self {
             name: name.to_string(),
@@ -468,7 +469,7 @@ pub fn vfio_group_nodes(groups: &[u32]) -> Vec<DevNode> {
 /// library reads a device node's type and numbers from the host's `/dev`);
 /// stdout and stderr go to `dir`'s kubelet-dra.out and .err. Needs root
 /// (CAP_SYS_ADMIN and CAP_MKNOD) and `unshare`.
-pub fn spawn_kubelet_dra(dir: &Path, nodes: &[DevNode], args: &[String]) -> Child {
+pub fn spawn_kubelet_dra(dir: &Path, nodes: &[DevNode], args: &[String]) -> Spawned {
     let ovl = dir.join("dev-overlay");
     std::fs::create_dir_all(&ovl).expect("the overlay's directory");
     let mut script = String::from(
@@ -503,12 +504,12 @@ pub fn spawn_kubelet_dra(dir: &Path, nodes: &[DevNode], args: &[String]) -> Chil
         .stdin(Stdio::null())
         .stdout(file("out"))
         .stderr(file("err"))
-        .spawn()
+        .spawn_owned()
         .expect("unshare runs (util-linux)")
 }
 
 /// Waits for a [`spawn_kubelet_dra`] run: (exit code, stdout, stderr).
-pub fn finish_kubelet_dra(mut child: Child, dir: &Path) -> (Option<i32>, String, String) {
+pub fn finish_kubelet_dra(mut child: Spawned, dir: &Path) -> (Option<i32>, String, String) {
     let status = child.wait().expect("waiting for kubelet-dra");
     let read = |ext: &str| {
         std::fs::read_to_string(dir.join(format!("kubelet-dra.{ext}"))).unwrap_or_default()

@@ -9,9 +9,10 @@
 //! share IOMMU group 9, 27:00.0 is group 10, 28:00.0 group 11 (NUMA 0),
 //! 81:00.0 group 5 on NUMA node 1 (the tree's `iommu_group` links).
 
+use crate::process::{SpawnOwned, Spawned};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -195,7 +196,7 @@ pub fn rebind(tree: &Path, gpu: &str, driver: &str) {
 }
 
 /// The plugin process, killed when dropped.
-pub struct Plugin(pub Child);
+pub struct Plugin(pub Spawned);
 
 impl Drop for Plugin {
     fn drop(&mut self) {
@@ -226,7 +227,7 @@ pub fn start_plugin_with(dir: &Path, tree: &Path, policy: &[&str]) -> Plugin {
         .args(["--poll-ms", "100"])
         .args(policy)
         .stdout(Stdio::null())
-        .spawn()
+        .spawn_owned()
         .unwrap();
     Plugin(child)
 }

@@ -9,9 +9,10 @@
 //! share clique 0, 41:00.0 (another root port) is 1, 83:00.0 (the other
 //! socket) is 2.
 
+use crate::process::{SpawnOwned, Spawned};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
@@ -143,7 +144,7 @@ pub fn on_define_domain(vmi: &str, domain: &str) -> String {
 /// A `p2p-host` server on a unix socket over [`TREE`] (the plugin hook):
 /// stopped with SIGTERM by [`HookProcess::stop`], killed if dropped.
 pub struct HookProcess {
-    child: Child,
+    child: Spawned,
     /// The socket it serves.
     pub socket: PathBuf,
     log: Receiver<String>,
@@ -166,7 +167,7 @@ impl HookProcess {
             .env("VP2P_SYSFS_ROOT", fixture_dir(TREE))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_owned()
             .expect("p2p-host starts");
         let err = BufReader::new(child.stderr.take().expect("piped stderr"));
         let (tx, log) = std::sync::mpsc::channel();

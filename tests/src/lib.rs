@@ -1,5 +1,9 @@
-//! Shared plumbing for vp2p's end-to-end tests: fixture trees, the built
-//! binaries, and the parser for real `nvidia-smi topo -m` output.
+//! The end-to-end harness of vp2p's tests: the built binaries, the real
+//! peers they meet (Kubernetes' control plane and kubelet clients, KubeVirt's
+//! hook callers, QEMU guests, the VMMs' contracts), and the parser for real
+//! `nvidia-smi topo -m` output. What lighter tests share too (fixture paths,
+//! topologies, child processes ended with their test) is p2p-test-support's,
+//! re-exported here.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +17,6 @@ pub mod dra_model;
 pub mod dra_node;
 pub mod e2e;
 pub mod emitted;
-pub mod fleet;
 pub mod go_peer;
 pub mod grpc_wire;
 pub mod kube;
@@ -31,65 +34,28 @@ pub mod qemu_expect;
 pub mod schemas;
 pub mod topo_m;
 
-/// The repository root (the workspace directory).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ sits in the workspace root")
-        .to_path_buf()
-}
+pub use p2p_test_support::{fixture_dir, process, repo_root, target_dir, unpack_fixture};
 
-/// `tests/fixtures/<name>`.
-pub fn fixture_dir(name: &str) -> PathBuf {
-    repo_root().join("tests/fixtures").join(name)
-}
-
-/// Unpacks `tests/fixtures/<name>/sysfs.tgz` into a fresh temporary directory;
-/// the tree is at `<dir>/sysfs`.
-pub fn unpack_fixture(name: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let tgz = fixture_dir(name).join("sysfs.tgz");
-    let status = Command::new("tar")
-        .arg("xzf")
-        .arg(&tgz)
-        .arg("-C")
-        .arg(dir.path())
-        .status()
-        .expect("tar runs");
-    assert!(status.success(), "tar xzf {} failed", tgz.display());
-    dir
-}
-
-/// Builds the workspace's binaries once per test process and returns the
-/// path of `name` (`p2p-host` or `p2p-guest`).
+/// The workspace binary `name` (`p2p-host` or `p2p-guest`), fresh: once
+/// per test process, `cargo test --workspace --no-run` builds what the
+/// suite builds, so the binaries are the very ones `cargo test --workspace`
+/// (scripts/test.sh) made, with the same features. (A `cargo build -p` of
+/// the binaries alone resolves features differently and would build every
+/// dependency that differs a second time.) Run from the suite, it finds
+/// everything built and returns at once.
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(repo_root())
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "p2p-host-cli",
-                "-p",
-                "p2p-guest",
-                "--bins",
-            ])
+            .args(["test", "-q", "--workspace", "--no-run"])
             .status()
             .expect("cargo runs");
         assert!(status.success(), "building the binaries failed");
         target_dir().join("debug")
     });
     dir.join(name)
-}
-
-/// Cargo's target directory for this workspace.
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
 }
 
 /// Output of one run of a binary.

@@ -2,7 +2,7 @@
 //! `scripts/package.sh`, installed with `dpkg -i` into a copy of the Debian 12
 //! root with systemd that `scripts/qemu/setup.sh` caches, and booted (that root
 //! packed into an initramfs whose init is systemd) under QEMU 11.1.
-//! `tests/tests/packages.rs` has the checks.
+//! `tests/tests/guests/packages.rs` has the checks.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -185,7 +185,7 @@ impl DebianRoot {
 /// `VP2P-R KEY VALUE`), with `vp2p.host_units=1` on the kernel command line
 /// also starts the host units, then powers off.
 pub const BOOT_REPORT: &str = r#"#!/bin/sh
-# vp2p boot test (tests/tests/packages.rs): report what systemd did, then power off.
+# vp2p boot test (tests/tests/guests/packages.rs): report what systemd did, then power off.
 exec >/dev/ttyS0 2>&1
 r() { sed "s/^/VP2P-R $1 /"; }
 for u in vp2p-nccl-topo.service vp2p-nccl-topo-cliques.service sysinit.target multi-user.target; do

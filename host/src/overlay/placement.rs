@@ -7,7 +7,7 @@
 //! "Occupied" means any non-zero byte, linked or not: Turing keeps an MSI-X
 //! structure at 0xC8 that is not in the list (an RTX 2080 Ti's config published
 //! in an nvidia-bug-report.log reads `11 00 05 00 00 00 b9 00` there;
-//! tests/tests/gpu_config_placement.rs builds that layout from the cited facts), which is why
+//! tests/tests/host/gpu_config_placement.rs builds that layout from the cited facts), which is why
 //! NVIDIA's updated guidance, quoted in QEMU's vfio quirk, recommends 0xD4 for
 //! Turing and later. Since driver 580.65 a second virtual capability, BTS, may
 //! sit at 0xD4; the overlay never overwrites it and reports where it is.

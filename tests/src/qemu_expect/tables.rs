@@ -191,7 +191,7 @@ pub const NESTED_SWITCH: Expect = Expect {
 };
 
 /// The cliques the policy gives every GPU of a topology at each level, by QEMU
-/// id, written from the diagrams in boot.sh. tests/tests/plan_qemu.rs recomputes them
+/// id, written from the diagrams in boot.sh. tests/tests/vmm/plan_qemu.rs recomputes them
 /// from the pair classes above, and the two must agree.
 pub fn expected_cliques(topology: &str, level: PathClass) -> Vec<Vec<&'static str>> {
     use PathClass::*;

@@ -64,6 +64,19 @@ pub fn spawn(cmd: &mut Command) -> io::Result<Spawned> {
     })
 }
 
+/// [`spawn`] as a method of [`Command`], where the command is built.
+pub trait SpawnOwned {
+    /// Starts the command in a new process group; the group ends with the
+    /// returned guard.
+    fn spawn_owned(&mut self) -> io::Result<Spawned>;
+}
+
+impl SpawnOwned for Command {
+    fn spawn_owned(&mut self) -> io::Result<Spawned> {
+        spawn(self)
+    }
+}
+
 impl Spawned {
     /// Waits for the child and collects what it wrote to piped stdout and
     /// stderr (as [`Child::wait_with_output`]); the rest of its group is

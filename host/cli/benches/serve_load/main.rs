@@ -50,7 +50,7 @@ const DMA_IOVA: u64 = 0x1_0000_0000;
 const DMA_SIZE: u64 = 2 << 20;
 /// The P2P capability the server must show at 0xC8 for clique 1: id 0x09,
 /// next 0, length 8, "P2P", then version 0 and the clique in bits 19..23
-/// of the second dword (as host/tests/serve_protocol.rs reads it).
+/// of the second dword (as host/tests/library/serve_protocol.rs reads it).
 const CAPABILITY: [u8; 8] = [0x09, 0x00, 0x08, 0x50, 0x32, 0x50, 0x08, 0x00];
 
 /// The requests timed, in the order a session makes them.

@@ -8,6 +8,7 @@
 //! machine's memory, and 20 s of wall time, after which it is killed and the
 //! test fails.
 
+use p2p_test_support::process::SpawnOwned;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -46,7 +47,7 @@ fn run_to_end(args: &[&str]) -> (Option<i32>, String, Duration) {
     let mut child = command(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_owned()
         .expect("p2p-host runs");
     let err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -192,7 +193,7 @@ fn sigterm_with_an_idle_client_connected_exits_0_within_a_second_leaving_no_sock
     let mut child = command(&["--gpus-from", c.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_owned()
         .unwrap();
     let said = ready(&mut child);
     assert!(said.contains("ready: 3 GPU(s) listening"), "{said}");
@@ -232,7 +233,7 @@ fn a_socket_in_a_directory_near_the_address_limit_is_served_and_stopped() {
     let mut child = command(&["--gpu", &spec])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_owned()
         .unwrap();
     ready(&mut child);
     let mut c = Raw::connect(&sock);

@@ -2,6 +2,7 @@
 //! `p2p-host serve` command line, and why the guard in front of
 //! `vfio_user::Server` exists.
 
+use p2p_test_support::process::SpawnOwned;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -80,13 +81,13 @@ fn stale_sockets_are_replaced_live_ones_and_other_files_refused() {
 
 /// `p2p-host serve` with the given arguments; returns stderr up to the ready
 /// line (or to exit) and the child, still running when it got ready.
-fn spawn_serve(args: &[String]) -> (String, std::process::Child) {
+fn spawn_serve(args: &[String]) -> (String, p2p_test_support::process::Spawned) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_p2p-host"))
         .arg("serve")
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_owned()
         .expect("p2p-host runs");
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut text = String::new();

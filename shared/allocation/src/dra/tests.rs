@@ -2,7 +2,7 @@
 //! worked out by hand and Kubernetes' limits. The property that makes the
 //! constraint right (equal `clique<L>` exactly when the chooser allows the
 //! pair at L; every allocation under `matchAttribute` is one clique) is
-//! checked in the tests crate (tests/tests/dra_property.rs), with the model of
+//! checked in the tests crate (tests/tests/kubernetes/dra_property.rs), with the model of
 //! the allocator it needs.
 
 use std::collections::BTreeSet;

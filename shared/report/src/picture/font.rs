@@ -5,7 +5,7 @@
 //!
 //! The table was read from `/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf`
 //! (fonts-dejavu-core 2.37, the `hmtx` advance of each character's glyph)
-//! with ttf-parser; `tests/tests/pictures/` reads the font again and fails
+//! with ttf-parser; `tests/tests/project/pictures/` reads the font again and fails
 //! when an entry differs (`VP2P_WRITE_FONT_TABLE=1` rewrites this file's
 //! table from the font).
 

@@ -1,7 +1,7 @@
 //! Property tests for the config-space walkers on generated valid chains: the
 //! walker returns exactly the capabilities placed, in chain order, with the
 //! lengths the PCI / PCI Express specs give them, and the invariants of
-//! fuzz/src/walkers.rs hold for them too.
+//! tests/support/src/walker_invariants.rs hold for them too.
 
 use crate::walker_gen::{ext_chain_in, invariants, std_chain_in, walk_ext, walk_std};
 use p2p_topology::pci::{CONFIG_EXTENDED_LEN as EXT, CONFIG_LEGACY_LEN as LEGACY};

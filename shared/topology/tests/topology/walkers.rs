@@ -1,7 +1,7 @@
 //! Property tests for the config-space walkers on arbitrary bytes
 //! (`ConfigSpace::capabilities`, `extended_capabilities` and the accessors built
 //! on them): nothing panics and whatever comes back obeys the invariants in
-//! fuzz/src/walkers.rs (shared with the `walkers` fuzz target).
+//! tests/support/src/walker_invariants.rs (shared with the `walkers` fuzz target).
 //!
 //! Generated valid chains are in `walker_chains.rs`, mutated chains in
 //! `walker_mutations.rs`; the generators live in `walker_gen/`.

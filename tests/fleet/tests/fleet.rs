@@ -1,0 +1,415 @@
+//! scripts/fleet.sh's pieces against expectations derived by hand from
+//! boot.sh's layouts, and one small fleet on the real control plane.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use p2p_fleet::arrivals::Vm;
+use p2p_fleet::placement::oracle;
+use p2p_fleet::trees::{discover, Class, Shape, Tree};
+use p2p_tests::{binary, repo_root};
+use serde_json::Value;
+
+/// The fleet's shapes of tests/fixtures, by name.
+fn shapes() -> (Vec<Shape>, Vec<(String, String)>) {
+    let work = tempfile::tempdir().unwrap();
+    let found = discover(
+        &repo_root().join("tests/fixtures"),
+        work.path(),
+        &binary("p2p-host"),
+    )
+    .unwrap();
+    // The staged copies go with `work`: the tests use only the classes,
+    // computed during discovery.
+    let (mut usable, mut skipped) = (Vec::new(), Vec::new());
+    for t in found {
+        match t {
+            Tree::Usable(s) => usable.push(s),
+            Tree::Skipped { name, reason } => skipped.push((name, reason)),
+        }
+    }
+    (usable, skipped)
+}
+
+fn shape<'a>(all: &'a [Shape], name: &str) -> &'a Shape {
+    all.iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("{name} is not usable"))
+}
+
+/// The device name `p2p-host dra slices` gives the function at `bdf`.
+fn dev(bdf: &str) -> String {
+    format!("gpu-{}", bdf.replace([':', '.'], "-"))
+}
+
+#[test]
+fn fixtures_without_iommu_groups_or_gpus_are_skipped_with_the_reason() {
+    let (usable, skipped) = shapes();
+    let names: BTreeSet<&str> = usable.iter().map(|s| s.name.as_str()).collect();
+    // Every capture with the IOMMU on and at least two GPUs is usable (the
+    // fixtures README's table), the NVSwitch shape included.
+    for n in [
+        "qemu-11.1-eight-gpu-iommu-on",
+        "qemu-11.1-switch-pairs-iommu-on",
+        "qemu-11.1-root-ports-iommu-on",
+        "fleet-nvswitch",
+        "qemu-11.1-two-socket-iommu-on",
+        "qemu-11.1-vfio-user-gpus",
+    ] {
+        assert!(names.contains(n), "{n} usable: {names:?}");
+    }
+    let why = |n: &str| {
+        skipped
+            .iter()
+            .find(|(s, _)| s == n)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
+    };
+    // IOMMU off: no group, so VFIO cannot assign any GPU (the captures' guest.txt: 0 groups).
+    assert!(
+        why("qemu-11.1-two-socket-iommu-off").contains("no IOMMU group"),
+        "{}",
+        why("qemu-11.1-two-socket-iommu-off")
+    );
+    // The passthrough VMs have no vIOMMU (their README).
+    assert!(why("h200x4-passthrough-guest").contains("no IOMMU group"));
+    assert!(why("domains").contains("no sysfs tree"));
+}
+
+#[test]
+fn the_eight_gpu_shapes_pair_as_boot_sh_lays_them_out() {
+    let (usable, _) = shapes();
+    // eight-gpu: 23..26 below sw0, 29..2c below sw1, one root complex; NIC on its own root port.
+    let e = shape(&usable, "qemu-11.1-eight-gpu-iommu-on");
+    assert_eq!(e.gpus.len(), 8);
+    assert_eq!(
+        e.class(&dev("0000:23:00.0"), &dev("0000:26:00.0")),
+        Class::Pix
+    );
+    assert_eq!(
+        e.class(&dev("0000:26:00.0"), &dev("0000:29:00.0")),
+        Class::Phb
+    );
+    assert_eq!(
+        e.nic_class(&[&dev("0000:23:00.0")], "nic-0000-2d-00-0"),
+        Class::Phb
+    );
+    // switch-pairs: a switch per root complex, two root complexes per socket.
+    let s = shape(&usable, "qemu-11.1-switch-pairs-iommu-on");
+    assert_eq!(s.nics.len(), 4);
+    assert_eq!(
+        s.class(&dev("0000:23:00.0"), &dev("0000:24:00.0")),
+        Class::Pix
+    );
+    assert_eq!(
+        s.class(&dev("0000:23:00.0"), &dev("0000:43:00.0")),
+        Class::Node
+    );
+    assert_eq!(
+        s.class(&dev("0000:23:00.0"), &dev("0000:83:00.0")),
+        Class::Sys
+    );
+    assert_eq!(
+        s.nic_class(
+            &[&dev("0000:23:00.0"), &dev("0000:24:00.0")],
+            "nic-0000-25-00-0"
+        ),
+        Class::Pix
+    );
+    // root-ports: PHB within a root complex, nothing nearer.
+    let r = shape(&usable, "qemu-11.1-root-ports-iommu-on");
+    assert_eq!(
+        r.class(&dev("0000:21:00.0"), &dev("0000:22:00.0")),
+        Class::Phb
+    );
+    assert_eq!(
+        r.class(&dev("0000:21:00.0"), &dev("0000:41:00.0")),
+        Class::Node
+    );
+    // The NVSwitch shape: the same tree with every pair NV18 in its map.
+    let n = shape(&usable, "fleet-nvswitch");
+    let all: Vec<&str> = n.gpus.keys().map(String::as_str).collect();
+    assert_eq!(n.worst(&all), Class::Nv);
+}
+
+#[test]
+fn the_oracle_places_each_size_first_on_the_best_class_free() {
+    let (usable, _) = shapes();
+    let e = shape(&usable, "qemu-11.1-eight-gpu-iommu-on");
+    let r = shape(&usable, "qemu-11.1-root-ports-iommu-on");
+    let nodes = [e, r];
+    let vm = |index, gpus, nic| Vm { index, gpus, nic };
+    // One 8-GPU VM and four 2-GPU VMs on an eight-gpu node and a root-ports node.
+    let vms = [
+        vm(0, 2, false),
+        vm(1, 8, false),
+        vm(2, 2, false),
+        vm(3, 2, false),
+        vm(4, 2, false),
+    ];
+    // 8-GPU first: it takes the eight-gpu node (PHB beats root-ports' SYS);
+    // the 2-GPU VMs then get root-ports' PHB pairs, four of them.
+    let (placed, rejected) = oracle(&nodes, &vms, 8);
+    assert!(rejected.is_empty());
+    let by = |i: usize| placed.iter().find(|p| p.vm.index == i).unwrap();
+    assert_eq!(by(1).node, 0);
+    assert_eq!(by(1).classes(e).0, Class::Phb);
+    for i in [0, 2, 3, 4] {
+        assert_eq!(by(i).node, 1);
+        assert_eq!(by(i).classes(r).0, Class::Phb);
+    }
+    // 2-GPU first: each takes a PIX pair of the eight-gpu node (four pairs,
+    // two per switch), and the 8-GPU VM gets root-ports, SYS.
+    let (placed, _) = oracle(&nodes, &vms, 2);
+    let by = |i: usize| placed.iter().find(|p| p.vm.index == i).unwrap();
+    for i in [0, 2, 3, 4] {
+        assert_eq!(by(i).classes(nodes[by(i).node]).0, Class::Pix, "VM {i}");
+    }
+    assert_eq!(by(1).classes(r).0, Class::Sys);
+}
+
+/// A trees directory holding only `names` from tests/fixtures.
+fn trees_of(dir: &Path, names: &[&str]) {
+    for n in names {
+        std::os::unix::fs::symlink(repo_root().join("tests/fixtures").join(n), dir.join(n))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_small_fleet_on_the_real_scheduler_records_every_policy_load_and_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trees = tmp.path().join("trees");
+    std::fs::create_dir_all(&trees).unwrap();
+    trees_of(&trees, &["qemu-11.1-eight-gpu-iommu-on"]);
+    let json = tmp.path().join("fleet.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .current_dir(repo_root())
+        .args(["--trees"])
+        .arg(&trees)
+        .args([
+            "--nodes", "6", "--seeds", "1", "--loads", "0.5,0.8", "--work",
+        ])
+        .arg(tmp.path().join("work"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "fleet failed:\n{stdout}\n{stderr}");
+    eprintln!("{stdout}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let records = doc["records"].as_array().unwrap();
+    // One record per policy, load and size (one seed): 4 x 2 x 3.
+    assert_eq!(records.len(), 24);
+    for r in records {
+        let classes = r["classes"].as_object().unwrap();
+        let keys: BTreeSet<&str> = classes.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["NV", "PIX", "PXB", "PHB", "NODE", "SYS"])
+        );
+        assert!(r["rejected"].is_u64() && r["vm_gpus"].is_u64() && r["seed"] == 1);
+    }
+    let rec = |policy: &str, load: f64, size: u64| {
+        records
+            .iter()
+            .find(|r| {
+                r["policy"] == policy && r["load"].as_f64() == Some(load) && r["vm_gpus"] == size
+            })
+            .unwrap()
+    };
+    // On eight-gpu nodes only, every switch holds 4 GPUs, and vp2p's claims
+    // take GPUs by twos (2-GPU VMs at the switch tier) or a whole switch
+    // (4-GPU VMs, the switch tier) or a whole node: a switch's free count
+    // stays even, so a 2-GPU VM always finds a free pair on one switch (PIX).
+    for load in [0.5, 0.8] {
+        let two = rec("vp2p", load, 2);
+        let admitted: u64 = two["classes"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert!(admitted > 0);
+        assert_eq!(two["classes"]["PIX"].as_u64(), Some(admitted), "{two}");
+        // An 8-GPU VM there can only be PHB (two switches below one root complex).
+        let eight = rec("vp2p", load, 8);
+        for c in ["NV", "PIX", "PXB", "NODE", "SYS"] {
+            assert_eq!(eight["classes"][c], 0, "{eight}");
+        }
+    }
+    assert!(stdout.contains("DRA filter timeout (10 s)"), "{stdout}");
+}
+
+/// docs/results' fleet run: the format of its records (one per policy, load,
+/// size and seed, every class key), and goals.txt is what `--report` prints of them.
+#[test]
+fn the_committed_fleet_results_format_holds_every_record_and_goals_txt_is_their_report() {
+    let dir = repo_root().join("docs/results/dev-2vcpu-2026-11-28-fleet");
+    let json = dir.join("fleet.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "vp2p.fleet/1");
+    let records = doc["records"].as_array().unwrap();
+    let mut keys = BTreeSet::new();
+    for r in records {
+        keys.insert((
+            r["policy"].as_str().unwrap().to_string(),
+            r["load"].to_string(),
+            r["vm_gpus"].as_u64().unwrap(),
+            r["seed"].as_u64().unwrap(),
+        ));
+        assert_eq!(r["classes"].as_object().unwrap().len(), 6, "{r}");
+    }
+    assert_eq!(
+        keys.len(),
+        records.len(),
+        "one record per policy, load, size and seed"
+    );
+    assert_eq!(records.len(), 4 * 3 * 3 * 3);
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("--report")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let goals = std::fs::read_to_string(dir.join("goals.txt")).unwrap();
+    assert!(
+        stdout.ends_with(&goals),
+        "goals.txt is not `fleet --report`'s tail:\n{stdout}"
+    );
+}
+
+/// The shipped tiered templates, as docs/kubevirt.md describes them: the
+/// alternatives in order, each but `anywhere` held by its attribute, and in
+/// the four-GPU template each PCIe level's constraint holding every nearer
+/// level of both lists (written out by hand here).
+#[test]
+fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
+    let text = std::fs::read_to_string(
+        repo_root().join("host/kubernetes/dra/claim-templates-tiered.yaml"),
+    )
+    .unwrap();
+    let docs: Vec<Value> = p2p_tests::yaml_documents(&text)
+        .into_iter()
+        .map(|d| serde_json::to_value(d).unwrap())
+        .collect();
+    let names: Vec<&str> = docs
+        .iter()
+        .map(|d| d["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "two-peer-gpus-tiered",
+            "four-peer-gpus-and-nic-tiered",
+            "eight-peer-gpus-tiered"
+        ]
+    );
+    let tiers = [
+        "nvlink",
+        "switch",
+        "switches",
+        "root-complex",
+        "numa-node",
+        "anywhere",
+    ];
+    for (d, count) in docs.iter().zip([2, 4, 8]) {
+        let gpus = &d["spec"]["spec"]["devices"]["requests"][0];
+        let alts: Vec<&str> = gpus["firstAvailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap())
+            .collect();
+        // Two GPUs ask first for a switch pair on GPUs without NVLink.
+        let want: Vec<&str> = if count == 2 {
+            ["switch-no-nvlink"].into_iter().chain(tiers).collect()
+        } else {
+            tiers.to_vec()
+        };
+        assert_eq!(alts, want);
+        assert!(gpus["firstAvailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["count"] == count));
+    }
+    let first = &docs[0]["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"][0];
+    assert_eq!(
+        first["selectors"][0]["cel"]["expression"],
+        "!has(device.attributes[\"gpu.vp2p.io\"].nvlinkDomain)"
+    );
+    let c = |d: &Value| -> Vec<(Vec<String>, String)> {
+        d["spec"]["spec"]["devices"]["constraints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let r = c["requests"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap().to_string())
+                    .collect();
+                (r, c["matchAttribute"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let a = |s: &str| format!("gpu.vp2p.io/{s}");
+    let levels = vec![
+        (v(&["gpus/nvlink"]), a("nvlinkDomain")),
+        (v(&["gpus/switch"]), a("cliquePix")),
+        (v(&["gpus/switches"]), a("cliquePxb")),
+        (v(&["gpus/root-complex"]), a("cliquePhb")),
+        (v(&["gpus/numa-node"]), a("cliqueNode")),
+    ];
+    let mut two = vec![(v(&["gpus/switch-no-nvlink"]), a("cliquePix"))];
+    two.extend(levels.iter().cloned());
+    assert_eq!(c(&docs[0]), two);
+    assert_eq!(c(&docs[2]), levels);
+    assert_eq!(
+        c(&docs[1]),
+        vec![
+            (v(&["gpus/nvlink"]), a("nvlinkDomain")),
+            (v(&["gpus/switch", "nic/switch"]), a("cliquePix")),
+            (
+                v(&["gpus/switch", "gpus/switches", "nic/switch", "nic/switches"]),
+                a("cliquePxb")
+            ),
+            (
+                v(&[
+                    "gpus/switch",
+                    "gpus/switches",
+                    "gpus/root-complex",
+                    "nic/switch",
+                    "nic/switches",
+                    "nic/root-complex"
+                ]),
+                a("cliquePhb")
+            ),
+            (
+                v(&[
+                    "gpus/nvlink",
+                    "gpus/switch",
+                    "gpus/switches",
+                    "gpus/root-complex",
+                    "gpus/numa-node",
+                    "nic/switch",
+                    "nic/switches",
+                    "nic/root-complex",
+                    "nic/numa-node"
+                ]),
+                a("cliqueNode")
+            ),
+        ]
+    );
+}

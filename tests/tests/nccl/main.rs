@@ -1,0 +1,8 @@
+//! One test binary for the guest's NCCL side: explain and its rules against
+//! NCCL's own output, the topology file in the guest, and doctor.
+//! Each module was a test binary of its own; they share one link here.
+
+mod doctor;
+mod nccl_explain;
+mod nccl_rules;
+mod nccl_topo_guest;
