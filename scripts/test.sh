@@ -29,9 +29,10 @@ printf 'setup (less the Go builds)\t%s\n' "$(awk -v a="$(seconds_since "$start")
 
 clocked "rust build" cargo test --workspace --locked --no-run "$@"
 
-# Each test binary's time: from its "Running" (or "Doc-tests") line to the next.
+# Each test binary's time: from its "Running" (or "Doc-tests") line to the next;
+# every binary runs, whatever failed before it.
 status=0
-cargo test --workspace --locked "$@" 2>&1 | {
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | {
     name="" at=0
     while IFS= read -r line; do
         printf '%s\n' "$line"
@@ -56,8 +57,9 @@ awk -F'\t' '/^total/ { printf "%8.1f  total\n", $2 }' "$VP2P_CLOCK"
 
 echo
 echo "== target/ after the run"
-du -sh "$target" "$target"/debug "$target"/debug/* "$target"/release "$target"/package "$target"/static \
-    "$target"/x86_64-unknown-linux-gnu 2>/dev/null | sort -u -k2 || true
+for d in "$target" "$target"/debug "$target"/debug/* "$target"/package "$target"/static "$target"/kube-peers; do
+    if [ -e "$d" ]; then du -sh "$d"; fi
+done
 
 # Nothing the suite started may outlive it: its binaries and tests live under
 # target/, QEMU and the guests' tools under the cache.

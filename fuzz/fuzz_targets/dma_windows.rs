@@ -15,7 +15,7 @@ use std::io;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use p2p_host::serve::vfio::{DmaWindows, Iommu};
+use p2p_host::serve::vfio::{DmaWindows, GuestAddress, HostVirtAddr, Iommu};
 use p2p_host::serve::DmaMapping;
 
 /// The errnos VFIO answers with (Linux's values; the fuzz crate has no libc).
@@ -26,8 +26,8 @@ const EINVAL: i32 = 22;
 struct Strict(RefCell<BTreeMap<u64, u64>>);
 
 impl Iommu for Strict {
-    fn map(&self, _vaddr: u64, iova: u64, size: u64, _flags: u32) -> io::Result<()> {
-        let mut m = self.0.borrow_mut();
+    fn map(&self, _vaddr: HostVirtAddr, iova: GuestAddress, size: u64, _flags: u32) -> io::Result<()> {
+        let (iova, mut m) = (iova.0, self.0.borrow_mut());
         let end = iova.checked_add(size).ok_or_else(|| io::Error::from_raw_os_error(EINVAL))?;
         if m.iter().any(|(&a, &s)| iova < a + s && a < end) {
             return Err(io::Error::from_raw_os_error(EEXIST));
@@ -35,8 +35,8 @@ impl Iommu for Strict {
         m.insert(iova, size);
         Ok(())
     }
-    fn unmap(&self, iova: u64, size: u64) -> io::Result<()> {
-        match self.0.borrow_mut().remove(&iova) {
+    fn unmap(&self, iova: GuestAddress, size: u64) -> io::Result<()> {
+        match self.0.borrow_mut().remove(&iova.0) {
             Some(s) if s == size => Ok(()),
             _ => Err(io::Error::from_raw_os_error(EINVAL)),
         }

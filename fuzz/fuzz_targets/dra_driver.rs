@@ -23,9 +23,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use p2p_fuzz::vfio_tree::nested_switch_on_vfio;
 use p2p_host::sysfs::SysfsReader;
-use p2p_host_kube::dra_driver::checkpoint::Checkpoint;
-use p2p_host_kube::dra_driver::server::DraService;
-use p2p_host_kube::dra_driver::{ClaimRef, ClaimSource, Driver, Settings};
+use p2p_host_kube::dra_driver::{checkpoint, Driver, Settings};
+use p2p_host_kube::kubelet_plugin::server::DraService;
+use p2p_host_kube::kubelet_plugin::{ClaimRef, ClaimSource, Deadline};
 use p2p_host_kube::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1, MAX_MESSAGE};
 use p2p_allocation::dra::claim::ResourceClaim;
 use p2p_topology::select::ClassPrefix;
@@ -51,7 +51,7 @@ impl ClaimSource for InputClaims {
 
 struct Target {
     runtime: tokio::runtime::Runtime,
-    service: DraService,
+    service: DraService<Driver>,
     cdi: PathBuf,
     metadata: PathBuf,
     checkpoint: PathBuf,
@@ -71,11 +71,11 @@ fn target() -> &'static Target {
         s.selector = selector;
         s.cdi_dir = dir.join("cdi");
         s.metadata_dir = dir.join("metadata");
-        s.log = |_| {};
+        s.plugin.log = |_| {};
         let (cdi, metadata, checkpoint) = (
             s.cdi_dir.clone(),
             s.metadata_dir.clone(),
-            s.checkpoint.clone(),
+            s.plugin.checkpoint.clone(),
         );
         let driver = Driver::new(s, Box::new(InputClaims)).unwrap();
         Target {
@@ -83,9 +83,7 @@ fn target() -> &'static Target {
                 .enable_all()
                 .build()
                 .unwrap(),
-            service: DraService {
-                driver: Arc::new(driver),
-            },
+            service: DraService::new(Arc::new(driver), |_| {}),
             cdi,
             metadata,
             checkpoint,
@@ -213,7 +211,7 @@ fuzz_target!(|data: &[u8]| {
         };
         t.service
             .driver
-            .unprepare(&c)
+            .unprepare(&c, Deadline::NONE)
             .unwrap_or_else(|e| panic!("unpreparing {c}: {}", e.0));
     }
     let left: Vec<_> = files(&t.cdi)
@@ -221,6 +219,6 @@ fuzz_target!(|data: &[u8]| {
         .chain(files(&t.metadata))
         .collect();
     assert!(left.is_empty(), "left after unprepare: {left:?}");
-    let after = Checkpoint::load(&t.checkpoint).unwrap();
+    let after = checkpoint::load(&t.checkpoint).unwrap();
     assert!(after.claims.is_empty(), "{:?}", after.claims.keys());
 });

@@ -142,7 +142,7 @@ pub fn host_facts(root: &SysfsRoot, topo: &Topology, devices: &[Bdf]) -> HostFac
         kvm: live.then(kvm_facts),
         ..HostFacts::default()
     };
-    let mut groups: Vec<u32> = devices
+    let mut groups: Vec<p2p_topology::IommuGroup> = devices
         .iter()
         .filter_map(|d| topo.function(*d).and_then(|f| f.iommu_group))
         .collect();

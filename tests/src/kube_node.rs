@@ -300,11 +300,20 @@ impl Drop for SimNode {
 }
 
 /// The DRA driver's manifests (ServiceAccount, RBAC, DaemonSet) and the
-/// DeviceClasses, applied once per test process (whose tests share
-/// [`ControlPlane::shared`]).
+/// DeviceClasses, applied once per control plane (the tests of a module
+/// share theirs, [`ControlPlane::shared`]; the modules of one test binary
+/// each have their own).
 pub fn dra_manifests(cp: &ControlPlane) {
-    static APPLIED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    APPLIED.get_or_init(|| {
+    type Slot = &'static std::sync::OnceLock<()>;
+    static APPLIED: std::sync::Mutex<std::collections::BTreeMap<PathBuf, Slot>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
+    // The map is held only to find the control plane's slot.
+    let slot: Slot = *APPLIED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(cp.kubeconfig())
+        .or_insert_with(|| Box::leak(Box::new(std::sync::OnceLock::new())));
+    slot.get_or_init(|| {
         for f in ["driver.yaml", "deviceclasses.yaml"] {
             let text =
                 std::fs::read_to_string(crate::repo_root().join("host/kubernetes/dra").join(f))

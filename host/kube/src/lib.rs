@@ -1,8 +1,9 @@
 //! p2p-host-kube: vp2p's Kubernetes edge.
 //!
 //! The kubelet's device plugin ([`device_plugin`]), KubeVirt's plugin hook
-//! ([`kubevirt_plugin`]) and the DRA driver ([`dra_driver`]), with the gRPC
-//! code they share ([`grpc`]). Each starts its own async runtime when run, so
+//! ([`kubevirt_plugin`]) and the DRA driver ([`dra_driver`], on the generic
+//! DRA kubelet plugin of [`kubelet_plugin`]), with the gRPC code they share
+//! ([`grpc`]). Each starts its own async runtime when run, so
 //! the `p2p-host` commands that need no cluster start none; this crate is
 //! linked by the `p2p-host` binary alone. Host I/O it does not own (the sysfs
 //! scan, the libvirt domain) reaches it through the traits of p2p-topology
@@ -11,4 +12,5 @@
 pub mod device_plugin;
 pub mod dra_driver;
 pub mod grpc;
+pub mod kubelet_plugin;
 pub mod kubevirt_plugin;

@@ -37,7 +37,7 @@ use std::fmt::Write;
 
 use p2p_allocation::clique::CliquePlan;
 use p2p_topology::guest_layout::{DeviceRole, GuestDevice, GuestTopology};
-use p2p_topology::iommu_groups::GroupUse;
+use p2p_topology::iommu_groups::{GroupUse, IommuGroup};
 use p2p_topology::Bdf;
 
 use super::libvirt::CLIQUE_PROPERTY;
@@ -59,7 +59,7 @@ pub enum Passed {
     /// Another function of a planned device's IOMMU group, in no VM's plan.
     GroupMember {
         /// The IOMMU group number.
-        group: u32,
+        group: IommuGroup,
         /// The planned device of the VM that shares the group.
         with: Bdf,
     },

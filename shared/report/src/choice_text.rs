@@ -19,7 +19,9 @@ impl TextReport for Choice {
                 ChosenRole::Nic => "nic",
                 ChosenRole::Companion => "companion",
             };
-            let opt = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+            fn opt(v: Option<impl ToString>) -> String {
+                v.map_or("-".to_string(), |v| v.to_string())
+            }
             t.row([
                 d.bdf.to_string(),
                 role.to_string(),

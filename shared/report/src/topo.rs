@@ -12,6 +12,7 @@ use p2p_topology::select::{GpuSelector, Role};
 use p2p_topology::topology::{
     AcsState, HostBridge, LinkInfo, NumaNode, NvLinkSource, PciFunction, Topology,
 };
+use p2p_topology::IommuGroup;
 
 /// Schema tag carried in every topo report.
 pub const TOPO_SCHEMA: &str = "vp2p.topo/1";
@@ -38,7 +39,7 @@ pub struct DeviceEntry {
     /// `local_cpulist`, the CPUs nearest the device; None when sysfs lacks it.
     pub cpu_affinity: Option<String>,
     /// IOMMU group number; None when the IOMMU is off.
-    pub iommu_group: Option<u32>,
+    pub iommu_group: Option<IommuGroup>,
     /// PCIe link speed and width, current and max, as sysfs reports them.
     pub link: LinkInfo,
     /// Bridges from the host bridge down to the device.
@@ -83,7 +84,7 @@ pub struct BridgeEntry {
     /// Its ACS capability and controls, or why they are unknown or were not read.
     pub acs: AcsState,
     /// IOMMU group number of the bridge; None when the IOMMU is off.
-    pub iommu_group: Option<u32>,
+    pub iommu_group: Option<IommuGroup>,
 }
 
 /// The square matrix `nvidia-smi topo -m` prints: labels and cells.

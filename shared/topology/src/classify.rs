@@ -197,7 +197,7 @@ pub struct PairPath {
     /// Bridges from `a` up to where the path turns and down to `b`.
     pub bridges: Vec<PathBridge>,
     /// IOMMU groups of `a` and `b`; None for a side outside any group.
-    pub iommu_groups: [Option<u32>; 2],
+    pub iommu_groups: [Option<crate::IommuGroup>; 2],
     /// Peer requests reach the root complex and both sides sit in IOMMU groups,
     /// so the IOMMU translates them. None when ACS is unknown.
     pub via_iommu: Option<bool>,

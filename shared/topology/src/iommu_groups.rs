@@ -5,11 +5,56 @@
 //! Bridges in a group are fine: VFIO accepts them bound to their port driver.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::bdf::Bdf;
 use crate::topology::Topology;
+
+/// An IOMMU group's number, as the kernel names the group
+/// (`/sys/kernel/iommu_groups/<N>`, a function's `iommu_group` link, VFIO's
+/// `/dev/vfio/<N>`): the unit VFIO assigns. In JSON, the bare number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IommuGroup(pub u32);
+
+/// The schema of the bare number, as `u32`'s: schemars' derive would name
+/// the type (a `$defs` entry) because it has a doc comment, and every
+/// report's schema would change.
+impl schemars::JsonSchema for IommuGroup {
+    fn inline_schema() -> bool {
+        <u32 as schemars::JsonSchema>::inline_schema()
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        <u32 as schemars::JsonSchema>::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        <u32 as schemars::JsonSchema>::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <u32 as schemars::JsonSchema>::json_schema(generator)
+    }
+}
+
+impl fmt::Display for IommuGroup {
+    /// The bare number, as sysfs and `/dev/vfio` spell it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for IommuGroup {
+    type Err = std::num::ParseIntError;
+
+    /// A group's directory or link name (`27`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(Self)
+    }
+}
 
 /// Drivers that leave an IOMMU group viable for VFIO. Since Linux 5.19 VFIO
 /// attaches a group only when it can claim the group's DMA ownership
@@ -55,7 +100,7 @@ pub struct GroupMember {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupUse {
     /// IOMMU group number (`/sys/kernel/iommu_groups/N`).
-    pub group: u32,
+    pub group: IommuGroup,
     /// Every function of the group, in address order, whether a VM takes it or not.
     pub members: Vec<GroupMember>,
     /// Set when endpoints of the group belong to no VM: they must be bound to
@@ -72,7 +117,7 @@ pub struct GroupUse {
 )]
 pub struct SplitGroup {
     /// IOMMU group number that is split.
-    pub group: u32,
+    pub group: IommuGroup,
     /// The group's functions given to a VM, with the VM each goes to.
     pub members: Vec<(Bdf, String)>,
 }
@@ -87,8 +132,8 @@ pub fn check(topo: &Topology, vms: &[(&str, &[Bdf])]) -> Result<Vec<GroupUse>, S
             owner.insert(*d, vm);
         }
     }
-    let mut groups: BTreeMap<u32, Vec<GroupMember>> = BTreeMap::new();
-    let used: Vec<u32> = owner
+    let mut groups: BTreeMap<IommuGroup, Vec<GroupMember>> = BTreeMap::new();
+    let used: Vec<IommuGroup> = owner
         .keys()
         .filter_map(|b| topo.function(*b).and_then(|f| f.iommu_group))
         .collect();

@@ -28,6 +28,7 @@ pub use bdf::Bdf;
 pub use capability::{Clique, P2pCapability};
 pub use classify::{classify, classify_functions, NvLinkBond, PairPath, PathClass, PeerRoute};
 pub use gpu::{CudaOrdinal, GpuIndex};
+pub use iommu_groups::IommuGroup;
 pub use select::{GpuSelector, Role};
 pub use size::{ByteSize, ByteSizeError};
 pub use topology::{Topology, TopologyReadError, TopologyReader};

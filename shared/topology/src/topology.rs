@@ -80,7 +80,7 @@ pub struct PciFunction {
     /// Access Control Services of the function: present, absent, unread or unknown.
     pub acs: AcsState,
     /// IOMMU group number; None when the IOMMU is off or the function has no group.
-    pub iommu_group: Option<u32>,
+    pub iommu_group: Option<crate::iommu_groups::IommuGroup>,
     /// NUMA node the kernel gives the function; None when it says -1 or has no attribute.
     pub numa_node: Option<u32>,
     /// `local_cpulist`, the CPUs nearest the function.

@@ -8,7 +8,7 @@ use p2p_topology::pci::{Acs, AcsFlags, PciePortType};
 use p2p_topology::topology::{
     AcsState, HostBridge, LinkInfo, NumaNode, NvLink, NvLinkSource, PciFunction, Topology,
 };
-use p2p_topology::Bdf;
+use p2p_topology::{Bdf, IommuGroup};
 
 /// Class code of a 3D controller (the H100/H200's).
 pub const GPU: u32 = 0x030200;
@@ -116,9 +116,9 @@ impl Tree {
     }
 
     /// The next IOMMU group number.
-    pub fn next_group(&mut self) -> u32 {
+    pub fn next_group(&mut self) -> IommuGroup {
         self.group += 1;
-        self.group
+        IommuGroup(self.group)
     }
 
     /// Adds a function bound to `driver`, in IOMMU group `group` (a new
@@ -133,7 +133,7 @@ impl Tree {
         class: u32,
         port: Option<PciePortType>,
         numa: Option<u32>,
-        group: Option<u32>,
+        group: Option<IommuGroup>,
         driver: &str,
     ) -> &mut PciFunction {
         let group = group.unwrap_or_else(|| self.next_group());
@@ -194,7 +194,7 @@ pub fn hand_built() -> Topology {
         let down = format!("02:{i:02x}.0");
         port(&mut t, &down, Some("01:00.0"), SwitchDownstream);
         let class = if i == 2 { NIC } else { GPU };
-        let group = (i == 0).then_some(50);
+        let group = (i == 0).then_some(IommuGroup(50));
         t.add(
             bdf(ep),
             &hb,
@@ -213,7 +213,7 @@ pub fn hand_built() -> Topology {
         AUDIO,
         Some(Endpoint),
         n,
-        Some(50),
+        Some(IommuGroup(50)),
         "vfio-pci",
     );
     port(&mut t, "00:02.0", None, RootPort);
@@ -225,7 +225,7 @@ pub fn hand_built() -> Topology {
             GPU,
             Some(Endpoint),
             n,
-            Some(99),
+            Some(IommuGroup(99)),
             "vfio-pci",
         );
     }

@@ -24,7 +24,7 @@ use p2p_tests::kubernetes_validate::assert_valid;
 use p2p_tests::{fixture_dir, repo_root, run};
 use p2p_topology::pci::PciePortType;
 use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, PciFunction};
-use p2p_topology::{Bdf, GpuSelector, Topology};
+use p2p_topology::{Bdf, GpuSelector, IommuGroup, Topology};
 use serde_json::{json, Value};
 
 /// A captured tree with IOMMU groups, its GPU selector (`--gpu-class`), and
@@ -334,7 +334,7 @@ fn switches(n: u8) -> Topology {
             parent,
             pcie_port_type: Some(port),
             acs: AcsState::Absent,
-            iommu_group: Some(group),
+            iommu_group: Some(IommuGroup(group)),
             numa_node: Some(0),
             cpu_affinity: None,
             driver: Some(

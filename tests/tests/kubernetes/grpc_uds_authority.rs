@@ -4,7 +4,7 @@
 //! pluginmanager/operationexecutor/operation_generator.go `dial`): the
 //! percent-encoded socket path as `:authority`. h2, the driver's HTTP/2
 //! server, refuses that authority with RST_STREAM(PROTOCOL_ERROR); the
-//! driver's shim (host/kube/src/grpc/uds_authority.rs) replaces it.
+//! driver's shim (host/kube/src/grpc/uds_authority/) replaces it.
 //!
 //! No HTTP/2 library here builds such a request (h2's client refuses the
 //! authority too), so the client is bytes written by hand: the connection

@@ -24,7 +24,7 @@
 //! watcher dials the registration socket by its path, so grpc-go sends the
 //! percent-encoded path as `:authority`, which h2 alone refuses as malformed
 //! with RST_STREAM(PROTOCOL_ERROR); the driver's shim
-//! (host/kube/src/grpc/uds_authority.rs) replaces it with `localhost`.
+//! (host/kube/src/grpc/uds_authority/) replaces it with `localhost`.
 //!
 //! No container runtime or VFIO runs here: kubelet-dra runs in a mount
 //! namespace of its own whose `/dev` is the machine's with an overlay that

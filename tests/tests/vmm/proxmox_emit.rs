@@ -24,7 +24,7 @@ use p2p_tests::emitted::{blocks, planned};
 use p2p_tests::proxmox::{self, parse, parse_hostpci, split_args, VmConfig, MAX_HOSTPCI};
 use p2p_tests::{fixture_dir, plan_stdout, run, unpack_fixture};
 use p2p_topology::guest_layout::{DeviceRole, GuestDevice, GuestLayout, GuestTopology};
-use p2p_topology::iommu_groups::{GroupMember, GroupUse};
+use p2p_topology::iommu_groups::{GroupMember, GroupUse, IommuGroup};
 use p2p_topology::Bdf;
 
 const TWO_SOCKET: &str = "qemu-11.1-two-socket-iommu-on";
@@ -429,7 +429,7 @@ fn sixteen_entries_fit_and_seventeen_are_refused() {
         ..gpu0
     };
     let groups = [GroupUse {
-        group: 3,
+        group: IommuGroup(3),
         members: vec![member(gpu0, Some("vm")), member(audio, None)],
         warning: None,
     }];
@@ -445,7 +445,7 @@ fn sixteen_entries_fit_and_seventeen_are_refused() {
     assert_eq!(
         e[1].passed,
         Passed::GroupMember {
-            group: 3,
+            group: IommuGroup(3),
             with: gpu0
         }
     );

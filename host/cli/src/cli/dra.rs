@@ -191,15 +191,15 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
     s.cdi_dir = args.cdi_dir;
     s.metadata_dir = args.metadata_dir;
     s.bind_timeout = std::time::Duration::from_millis(args.bind_timeout_ms);
-    s.api_timeout = std::time::Duration::from_millis(args.api_timeout_ms.max(1));
+    s.plugin.api_timeout = std::time::Duration::from_millis(args.api_timeout_ms.max(1));
     if let Some(p) = args.registration_socket {
-        s.registration_socket = p;
+        s.plugin.registration_socket = p;
     }
     if let Some(p) = args.dra_socket {
-        s.dra_socket = p;
+        s.plugin.dra_socket = p;
     }
     if let Some(p) = args.checkpoint {
-        s.checkpoint = p;
+        s.plugin.checkpoint = p;
     }
     let source = match args.claims_dir {
         Some(dir) => Source::Dir(dir),

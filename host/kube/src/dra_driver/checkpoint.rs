@@ -1,25 +1,27 @@
-//! The driver's record of what it prepared, on disk, so that a restart
-//! neither loses a preparation (unprepare still undoes it) nor doubles one
-//! (prepare again answers the same ids). Each step that changes the node is
-//! recorded before it is taken: a function is recorded with its driver
-//! before it is bound, so a crash between the two leaves a record that
-//! unprepare, or the next prepare's rollback, acts on.
+//! What vp2p's driver records of each claim in its checkpoint (the file's
+//! mechanics are the layer's, [`kubelet_plugin::checkpoint`]). Each step
+//! that changes the node is recorded before it is taken: a function is
+//! recorded with its driver before it is bound, so a crash between the two
+//! leaves a record that unprepare, or the next prepare's rollback, acts on.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+use crate::kubelet_plugin::{self, PreparedDevice};
 
 /// The checkpoint file's format version.
 pub const VERSION: u32 = 1;
 
 /// Every claim the driver prepared or is preparing, by uid.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Checkpoint {
-    /// [`VERSION`].
-    pub version: u32,
-    /// Claim uid to its record.
-    pub claims: BTreeMap<String, Entry>,
+pub type Checkpoint = kubelet_plugin::checkpoint::Checkpoint<Entry>;
+
+/// The checkpoint as the driver keeps it, in memory and on disk.
+pub type CheckpointFile = kubelet_plugin::checkpoint::CheckpointFile<Entry>;
+
+/// The checkpoint at `path`; an absent file is an empty checkpoint.
+pub fn load(path: &std::path::Path) -> Result<Checkpoint, String> {
+    Checkpoint::load(path, VERSION)
 }
 
 /// Where a claim's preparation stands.
@@ -43,7 +45,7 @@ pub struct Entry {
     /// Where it stands.
     pub state: State,
     /// The devices prepared (their CDI ids once prepared).
-    pub devices: Vec<PreparedDevice>,
+    pub devices: Vec<RecordedDevice>,
     /// Functions this driver bound to vfio-pci for the claim, with the
     /// driver each had before (given back at unprepare).
     pub bound: Vec<Bound>,
@@ -51,10 +53,11 @@ pub struct Entry {
     pub files: Vec<PathBuf>,
 }
 
-/// One prepared device.
+/// One prepared device as recorded: the kubelet's answer and the
+/// function's PCI address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PreparedDevice {
+pub struct RecordedDevice {
     /// The claim's request it serves.
     pub request: String,
     /// Its pool.
@@ -67,6 +70,18 @@ pub struct PreparedDevice {
     pub cdi_ids: Vec<String>,
 }
 
+impl RecordedDevice {
+    /// What the kubelet is told of it.
+    pub fn answer(&self) -> PreparedDevice {
+        PreparedDevice {
+            request: self.request.clone(),
+            pool: self.pool.clone(),
+            device: self.device.clone(),
+            cdi_ids: self.cdi_ids.clone(),
+        }
+    }
+}
+
 /// A function bound by the driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -77,154 +92,6 @@ pub struct Bound {
     pub driver: Option<String>,
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same
-/// directory, synced, then renamed over `path`, so a reader (the container
-/// runtime, a restarted driver) sees the old file or the new one, never half.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!("{}{}", temporary_prefix(path), std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
-}
-
-/// The name [`write_atomic`]'s temporary files for `path` start with; the
-/// writer's process id follows.
-fn temporary_prefix(path: &Path) -> String {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    format!(".{}.tmp-", name.unwrap_or_default())
-}
-
-/// Removes the temporary files [`write_atomic`] left for `path` when its
-/// process was killed between writing and renaming (a process no longer
-/// alive: a live one may be about to rename its own). Best effort: what
-/// cannot be read or removed stays.
-pub fn remove_stale_temporaries(path: &Path) {
-    let Some(dir) = path.parent() else {
-        return;
-    };
-    let prefix = temporary_prefix(path);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(&prefix)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
-        if !alive {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-}
-
-impl Checkpoint {
-    /// The checkpoint at `path`; an absent file is an empty checkpoint.
-    /// Temporary files of a killed writer beside it are removed.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        remove_stale_temporaries(path);
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let c: Checkpoint =
-                    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-                if c.version != VERSION {
-                    return Err(format!(
-                        "{}: version {} (this driver reads {VERSION})",
-                        path.display(),
-                        c.version
-                    ));
-                }
-                Ok(c)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self {
-                version: VERSION,
-                claims: BTreeMap::new(),
-            }),
-            Err(e) => Err(format!("reading {}: {e}", path.display())),
-        }
-    }
-
-    /// Writes the checkpoint to `path` atomically.
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        write_atomic(path, &text)
-    }
-}
-
-/// The checkpoint as the driver keeps it: in memory, and on disk after
-/// every change. A change is on disk when [`CheckpointFile::change`]
-/// returns; changes made at once share a write (the first writer to get the
-/// file writes everything changed so far, and those whose change it carried
-/// return without writing), so claims prepared at once do not queue one
-/// full write each.
-#[derive(Debug)]
-pub struct CheckpointFile {
-    path: PathBuf,
-    /// The checkpoint and the number of changes made to it.
-    state: std::sync::Mutex<(Checkpoint, u64)>,
-    /// The number of changes the file holds; held while writing it.
-    saved: std::sync::Mutex<u64>,
-}
-
-impl CheckpointFile {
-    /// The checkpoint at `path` ([`Checkpoint::load`]).
-    pub fn open(path: &Path) -> Result<Self, String> {
-        Ok(Self {
-            path: path.to_path_buf(),
-            state: std::sync::Mutex::new((Checkpoint::load(path)?, 0)),
-            saved: std::sync::Mutex::new(0),
-        })
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, (Checkpoint, u64)> {
-        // A panic while holding the lock leaves the checkpoint as last changed.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The checkpoint now.
-    pub fn snapshot(&self) -> Checkpoint {
-        self.state().0.clone()
-    }
-
-    /// The record of claim `uid` now.
-    pub fn entry(&self, uid: &str) -> Option<Entry> {
-        self.state().0.claims.get(uid).cloned()
-    }
-
-    /// Changes the checkpoint with `f` and returns once the file holds the
-    /// change.
-    pub fn change<R>(&self, f: impl FnOnce(&mut Checkpoint) -> R) -> std::io::Result<R> {
-        let (r, mine) = {
-            let mut st = self.state();
-            let r = f(&mut st.0);
-            st.1 += 1;
-            (r, st.1)
-        };
-        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
-        if *saved >= mine {
-            return Ok(r);
-        }
-        let (text, now) = {
-            let st = self.state();
-            (
-                serde_json::to_vec_pretty(&st.0).map_err(std::io::Error::other)?,
-                st.1,
-            )
-        };
-        write_atomic(&self.path, &text)?;
-        *saved = now;
-        Ok(r)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,7 +100,7 @@ mod tests {
     fn an_absent_checkpoint_is_empty_and_a_saved_one_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("plugins/gpu.vp2p.io/checkpoint.json");
-        let mut c = Checkpoint::load(&path).unwrap();
+        let mut c = load(&path).unwrap();
         assert!(c.claims.is_empty());
         c.claims.insert(
             "u1".into(),
@@ -250,82 +117,12 @@ mod tests {
             },
         );
         c.save(&path).unwrap();
-        assert_eq!(Checkpoint::load(&path).unwrap(), c);
+        assert_eq!(load(&path).unwrap(), c);
         // Written through a temporary file that is gone after the rename.
         let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["checkpoint.json"]);
-    }
-
-    #[test]
-    fn changes_made_at_once_are_each_on_disk_when_their_call_returns() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkpoint.json");
-        let file = std::sync::Arc::new(CheckpointFile::open(&path).unwrap());
-        let threads: Vec<_> = (0..16)
-            .map(|i| {
-                let file = file.clone();
-                let path = path.clone();
-                std::thread::spawn(move || {
-                    for j in 0..20 {
-                        let uid = format!("u{i}-{j}");
-                        file.change(|cp| {
-                            cp.claims.insert(
-                                uid.clone(),
-                                Entry {
-                                    namespace: "vms".into(),
-                                    name: uid.clone(),
-                                    state: State::Prepared,
-                                    devices: Vec::new(),
-                                    bound: Vec::new(),
-                                    files: Vec::new(),
-                                },
-                            );
-                        })
-                        .unwrap();
-                        // Returned: the file read now holds it.
-                        assert!(Checkpoint::load(&path).unwrap().claims.contains_key(&uid));
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert_eq!(Checkpoint::load(&path).unwrap().claims.len(), 16 * 20);
-        assert_eq!(Checkpoint::load(&path).unwrap(), file.snapshot());
-    }
-
-    #[test]
-    fn a_killed_writers_temporary_file_is_removed_a_live_ones_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkpoint.json");
-        // pid_max is at most 2^22 (Documentation/admin-guide/sysctl/kernel.rst):
-        // no process has a larger id.
-        let dead = dir.path().join(".checkpoint.json.tmp-4294967295");
-        let live = dir
-            .path()
-            .join(format!(".checkpoint.json.tmp-{}", std::process::id()));
-        let other = dir.path().join(".other.json.tmp-4294967295");
-        for f in [&dead, &live, &other] {
-            std::fs::write(f, "{").unwrap();
-        }
-        assert!(Checkpoint::load(&path).unwrap().claims.is_empty());
-        assert!(!dead.exists());
-        assert!(live.exists() && other.exists());
-    }
-
-    #[test]
-    fn a_damaged_or_newer_checkpoint_is_refused_naming_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkpoint.json");
-        std::fs::write(&path, "{\"version\": 1, \"claims\": {\"u1\": ").unwrap();
-        let e = Checkpoint::load(&path).unwrap_err();
-        assert!(e.starts_with(&path.display().to_string()), "{e}");
-        std::fs::write(&path, "{\"version\": 2, \"claims\": {}}").unwrap();
-        let e = Checkpoint::load(&path).unwrap_err();
-        assert!(e.contains("version 2 (this driver reads 1)"), "{e}");
     }
 }

@@ -11,17 +11,17 @@ use serde_json::json;
 
 use super::allocation::Resolved;
 use super::cdi;
-use super::checkpoint::{write_atomic, PreparedDevice};
-use super::claims::ClaimRef;
-use super::prepare::ClaimError;
+use super::checkpoint::RecordedDevice;
 use super::vfio::PciBus;
 use super::Settings;
+use crate::kubelet_plugin::checkpoint::write_atomic;
+use crate::kubelet_plugin::{ClaimError, ClaimRef};
 
 /// The devices' answers and the files written for them.
 #[derive(Debug)]
 pub struct Written {
-    /// Each device's answer to the kubelet.
-    pub devices: Vec<PreparedDevice>,
+    /// Each device's answer to the kubelet, with its PCI address.
+    pub devices: Vec<RecordedDevice>,
     /// The files, CDI spec last.
     pub files: Vec<PathBuf>,
 }
@@ -36,6 +36,7 @@ pub fn write(
     object: &ResourceClaim,
     resolved: &[Resolved],
 ) -> Result<Written, ClaimError> {
+    let driver = s.plugin.driver_name.as_str();
     let mut devices = Vec::new();
     let mut nodes = Vec::new();
     for r in resolved {
@@ -57,13 +58,13 @@ pub fn write(
             ]
         };
         nodes.push((cdi::device_name(&claim.uid, &r.alloc.device), edits));
-        devices.push(PreparedDevice {
+        devices.push(RecordedDevice {
             request: r.alloc.request.clone(),
             pool: r.alloc.pool.clone(),
             device: r.alloc.device.clone(),
             bdf: r.bdf.to_string(),
             cdi_ids: vec![cdi::qualified(
-                &s.driver_name,
+                driver,
                 &cdi::device_name(&claim.uid, &r.alloc.device),
             )],
         });
@@ -87,7 +88,7 @@ pub fn write(
             .metadata_dir
             .join(&claim.uid)
             .join(top)
-            .join(format!("{}-metadata.json", s.driver_name));
+            .join(format!("{driver}-metadata.json"));
         let text = serde_json::to_vec_pretty(&doc).expect("JSON values serialize");
         write_atomic(&host, &text).map_err(|e| {
             ClaimError(format!(
@@ -100,15 +101,15 @@ pub fn write(
         mounts.push((
             name.clone(),
             host,
-            cdi::metadata_container_path(object, top, &s.driver_name),
+            cdi::metadata_container_path(object, top, driver),
         ));
         // The request's first device carries its metadata mount.
         if let Some(d) = devices.iter_mut().find(|d| d.request == request) {
-            d.cdi_ids.push(cdi::qualified(&s.driver_name, &name));
+            d.cdi_ids.push(cdi::qualified(driver, &name));
         }
     }
-    let spec = cdi::spec(&s.driver_name, &nodes, &mounts);
-    let path = cdi::spec_path(&s.cdi_dir, &s.driver_name, &claim.uid);
+    let spec = cdi::spec(driver, &nodes, &mounts);
+    let path = cdi::spec_path(&s.cdi_dir, driver, &claim.uid);
     let text = serde_json::to_vec_pretty(&spec).expect("JSON values serialize");
     write_atomic(&path, &text).map_err(|e| {
         ClaimError(format!(

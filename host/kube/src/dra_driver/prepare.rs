@@ -1,46 +1,48 @@
-//! NodePrepareResources and NodeUnprepareResources without gRPC: for each
-//! claim, the devices the scheduler gave this driver, their IOMMU groups
-//! made whole on vfio-pci, the CDI spec and the device metadata written, the
-//! checkpoint kept.
+//! vp2p's driver, as the kubelet plugin layer calls it ([`DraDriver`]):
+//! for each claim, the devices the scheduler gave this driver, their IOMMU
+//! groups made whole on vfio-pci, the CDI spec and the device metadata
+//! written, the checkpoint kept; and the slices to publish, the last of
+//! which claims are resolved against.
 //!
 //! Claims are prepared at once, each by one call at a time and each IOMMU
-//! group bound by one claim at a time ([`leases`](super::leases)); the
-//! checkpoint is locked only to change and write it (changes made at once
-//! share a write), never across an API read, a bind wait or a claim's files. Each step that changes the node is
-//! recorded before it is taken, and a claim whose preparation would outlive
-//! its [`Deadline`] is rolled back: what the kubelet's retry finds is the
-//! claim prepared, or nothing.
+//! group bound by one claim at a time ([`Leases`]); the checkpoint is locked
+//! only to change and write it (changes made at once share a write), never
+//! across an API read, a bind wait or a claim's files. Each step that
+//! changes the node is recorded before it is taken, and a claim whose
+//! preparation would outlive its [`Deadline`] is rolled back: what the
+//! kubelet's retry finds is the claim prepared, or nothing.
 
 use std::collections::BTreeSet;
 
 use p2p_allocation::dra::claim::ResourceClaim;
+use p2p_allocation::dra::ResourceSlice;
 use p2p_topology::iommu_groups::leaves_group_viable;
-use p2p_topology::Bdf;
+use p2p_topology::{Bdf, IommuGroup};
 
 use super::allocation::{resolve, Resolved};
-use super::checkpoint::{Bound, Checkpoint, CheckpointFile, Entry, PreparedDevice, State};
-use super::claims::{ClaimRef, ClaimSource};
-use super::deadline::Deadline;
-use super::leases::Leases;
+use super::checkpoint::{self, Bound, Checkpoint, CheckpointFile, Entry, State};
+use super::publication::LastBuilt;
 use super::vfio::{PciBus, VFIO_PCI};
 use super::{cdi, claim_files, Settings};
+use crate::kubelet_plugin::checkpoint::remove_stale_temporaries;
+use crate::kubelet_plugin::leases::{Lease, Leases};
+use crate::kubelet_plugin::{
+    ClaimError, ClaimRef, ClaimSource, Deadline, DraDriver, PreparedDevice,
+};
 
-/// Why a claim could not be prepared or unprepared: the message names the
-/// claim, and the device or function at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ClaimError(pub String);
-
-/// The node side of the driver: prepares and unprepares claims.
+/// The node side of the driver: prepares and unprepares claims, and builds
+/// the slices to publish.
 pub struct Driver {
     settings: Settings,
     claims: Box<dyn ClaimSource>,
     bus: PciBus,
     checkpoint: CheckpointFile,
+    /// The publication last built, which claims are resolved against.
+    published: LastBuilt,
     /// Claims a call is working on, by uid.
     in_flight: Leases<String>,
     /// IOMMU groups being bound or given back.
-    groups: Leases<u32>,
+    groups: Leases<IommuGroup>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -54,19 +56,29 @@ impl std::fmt::Debug for Driver {
 impl Driver {
     /// A driver with `settings`, reading claims from `claims`; the
     /// checkpoint is read now (a claim found mid-preparation is finished or
-    /// rolled back by the next call that names it).
+    /// rolled back by the next call that names it), and the number of
+    /// claims it records told.
     pub fn new(settings: Settings, claims: Box<dyn ClaimSource>) -> Result<Self, String> {
-        let checkpoint = CheckpointFile::open(&settings.checkpoint)?;
+        let path = &settings.plugin.checkpoint;
+        let checkpoint = CheckpointFile::open(path, checkpoint::VERSION)?;
         let root = settings
             .reader
             .files(&settings.sysfs_root)
             .map_err(|e| format!("{}: {e}", settings.sysfs_root.display()))?;
         let bus = PciBus::new(&root, settings.bind_timeout);
+        let recorded = checkpoint.snapshot().claims.len();
+        if recorded > 0 {
+            (settings.plugin.log)(&format!(
+                "checkpoint {}: {recorded} claim(s) recorded",
+                path.display()
+            ));
+        }
         Ok(Self {
             settings,
             claims,
             bus,
             checkpoint,
+            published: LastBuilt::new(),
             in_flight: Leases::new(),
             groups: Leases::new(),
         })
@@ -86,7 +98,7 @@ impl Driver {
         self.checkpoint.change(f).map_err(|e| {
             ClaimError(format!(
                 "{claim}: writing the checkpoint {}: {e}",
-                self.settings.checkpoint.display()
+                self.settings.plugin.checkpoint.display()
             ))
         })
     }
@@ -105,7 +117,7 @@ impl Driver {
         &self,
         claim: &ClaimRef,
         deadline: Deadline,
-    ) -> Result<super::leases::Lease<'_, String>, ClaimError> {
+    ) -> Result<Lease<'_, String>, ClaimError> {
         self.in_flight
             .acquire([claim.uid.clone()], deadline)
             .ok_or_else(|| {
@@ -123,12 +135,12 @@ impl Driver {
         let _working = self.working_on(claim, deadline)?;
         if let Some(e) = self.entry(&claim.uid) {
             if e.state == State::Prepared {
-                return Ok(e.devices);
+                return Ok(e.devices.iter().map(|d| d.answer()).collect());
             }
         }
         let object = self
             .claims
-            .claim(claim, deadline.bound(self.settings.api_timeout))
+            .claim(claim, deadline.bound(self.settings.plugin.api_timeout))
             .map_err(|e| ClaimError(format!("{claim}: reading the claim: {e}")))?;
         if object.metadata.uid != claim.uid {
             return Err(ClaimError(format!(
@@ -136,7 +148,7 @@ impl Driver {
                 object.metadata.uid
             )));
         }
-        let resolved = resolve(&self.settings, claim, &object)?;
+        let resolved = resolve(&self.settings, &self.bus, &self.published, claim, &object)?;
         if deadline.passed() {
             // Nothing changed yet; an entry a dead run left stays for the retry.
             return Err(Self::abandoned(claim, deadline, "before changing anything"));
@@ -199,14 +211,15 @@ impl Driver {
                 "after writing its CDI spec",
             ));
         }
+        let answer = written.devices.iter().map(|d| d.answer()).collect();
         self.record(claim, |cp| {
             if let Some(entry) = cp.claims.get_mut(&claim.uid) {
                 entry.files = written.files;
-                entry.devices = written.devices.clone();
+                entry.devices = written.devices;
                 entry.state = State::Prepared;
             }
         })?;
-        Ok(written.devices)
+        Ok(answer)
     }
 
     /// Every group of `resolved` viable for VFIO and each claimed device on
@@ -318,13 +331,13 @@ impl Driver {
         // the claim's; metadata lives in the claim's own directory.
         files.push(cdi::spec_path(
             &self.settings.cdi_dir,
-            &self.settings.driver_name,
+            &self.settings.plugin.driver_name,
             &claim.uid,
         ));
         for f in &files {
             // A run that stopped mid-way may have left a temporary file.
             if entry.state == State::Preparing {
-                super::checkpoint::remove_stale_temporaries(f);
+                remove_stale_temporaries(f);
             }
             if let Err(e) = std::fs::remove_file(f) {
                 if e.kind() != std::io::ErrorKind::NotFound && first.is_none() {
@@ -343,7 +356,7 @@ impl Driver {
             .iter()
             .filter_map(|b| Some((b.bdf.parse::<Bdf>().ok()?, b.driver.clone())))
             .collect();
-        let groups: BTreeSet<u32> = bound
+        let groups: BTreeSet<IommuGroup> = bound
             .iter()
             .filter_map(|(bdf, _)| self.bus.iommu_group(*bdf))
             .collect();
@@ -393,5 +406,30 @@ impl Driver {
     /// The claims recorded now, by uid (what a restart starts from).
     pub fn recorded(&self) -> Checkpoint {
         self.checkpoint.snapshot()
+    }
+
+    /// The node's slices at pool generation `generation`, read from sysfs
+    /// now and kept as the publication claims are resolved against.
+    pub fn publication(&self, generation: i64) -> Result<Vec<ResourceSlice>, String> {
+        let built = self.published.build(&self.settings, generation)?;
+        Ok(built.publication.slices.clone())
+    }
+}
+
+impl DraDriver for Driver {
+    fn prepare(
+        &self,
+        claim: &ClaimRef,
+        deadline: Deadline,
+    ) -> Result<Vec<PreparedDevice>, ClaimError> {
+        Driver::prepare(self, claim, deadline)
+    }
+
+    fn unprepare(&self, claim: &ClaimRef, deadline: Deadline) -> Result<(), ClaimError> {
+        Driver::unprepare(self, claim, deadline)
+    }
+
+    fn publication(&self, generation: i64) -> Result<Vec<ResourceSlice>, String> {
+        Driver::publication(self, generation)
     }
 }

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use p2p_topology::Bdf;
+use p2p_topology::{Bdf, IommuGroup};
 
 /// The driver VFIO assignment needs.
 pub const VFIO_PCI: &str = "vfio-pci";
@@ -92,7 +92,7 @@ impl PciBus {
 
     /// Every function of IOMMU group `group`, as the kernel lists it
     /// (`kernel/iommu_groups/<group>/devices`).
-    pub fn group(&self, group: u32) -> std::io::Result<Vec<Bdf>> {
+    pub fn group(&self, group: IommuGroup) -> std::io::Result<Vec<Bdf>> {
         let dir = self
             .root
             .join("kernel/iommu_groups")
@@ -132,7 +132,7 @@ impl PciBus {
     }
 
     /// The function's IOMMU group (its `iommu_group` link's number).
-    pub fn iommu_group(&self, bdf: Bdf) -> Option<u32> {
+    pub fn iommu_group(&self, bdf: Bdf) -> Option<IommuGroup> {
         let target = std::fs::read_link(self.dir(bdf).join("iommu_group")).ok()?;
         target.file_name()?.to_str()?.parse().ok()
     }

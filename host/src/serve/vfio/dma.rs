@@ -11,6 +11,12 @@
 //! space are the library's answers; the host address handed to the IOMMU is
 //! the one vm-memory gives for the window's first IOVA. A window keeps the
 //! client's descriptor open until it is unmapped.
+//!
+//! Three address spaces meet here, each its own type at the IOMMU: the
+//! client's I/O virtual address (a [`GuestAddress`], the key of the windows),
+//! this process's virtual address of the mapped window ([`HostVirtAddr`]),
+//! and the offset into the client's file (vm-memory's [`FileOffset`], used
+//! only to map it), so [`Iommu::map`] cannot be handed one for another.
 
 use std::fs::File;
 use std::io;
@@ -29,20 +35,44 @@ use crate::serve::backend::DmaMapping;
 /// type-1 IOMMU supports on x86-64 and arm64 with 4 KiB pages).
 pub const PAGE: u64 = 4096;
 
+/// A virtual address in this process: where a window of the client's
+/// memory is mapped, what the IOMMU translates the window's IOVA to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostVirtAddr(*mut u8);
+
+impl HostVirtAddr {
+    /// The address `ptr` points at.
+    pub fn new(ptr: *mut u8) -> Self {
+        Self(ptr)
+    }
+
+    /// The address as the kernel's ioctl structures take it.
+    pub fn as_u64(self) -> u64 {
+        self.0 as u64
+    }
+}
+
 /// Where the IOMMU ioctls go: the container, or a stand-in in tests.
 pub trait Iommu {
-    /// Maps `size` bytes at `vaddr` to `iova`.
-    fn map(&self, vaddr: u64, iova: u64, size: u64, flags: u32) -> io::Result<()>;
+    /// Maps `size` bytes at `vaddr` in this process to `iova`.
+    fn map(&self, vaddr: HostVirtAddr, iova: GuestAddress, size: u64, flags: u32)
+        -> io::Result<()>;
     /// Unmaps `[iova, iova + size)`.
-    fn unmap(&self, iova: u64, size: u64) -> io::Result<()>;
+    fn unmap(&self, iova: GuestAddress, size: u64) -> io::Result<()>;
 }
 
 impl Iommu for File {
-    fn map(&self, vaddr: u64, iova: u64, size: u64, flags: u32) -> io::Result<()> {
+    fn map(
+        &self,
+        vaddr: HostVirtAddr,
+        iova: GuestAddress,
+        size: u64,
+        flags: u32,
+    ) -> io::Result<()> {
         sys::map_dma(self, vaddr, iova, size, flags)
     }
 
-    fn unmap(&self, iova: u64, size: u64) -> io::Result<()> {
+    fn unmap(&self, iova: GuestAddress, size: u64) -> io::Result<()> {
         sys::unmap_dma(self, iova, size).map(drop)
     }
 }
@@ -146,8 +176,10 @@ impl DmaWindows {
             }
             Err(e) => return Err(invalid(format!("{what}: {e}"))),
         };
+        let iova = GuestAddress(map.iova);
         let vaddr = memory
-            .get_host_address(GuestAddress(map.iova))
+            .get_host_address(iova)
+            .map(HostVirtAddr::new)
             .map_err(|e| invalid(format!("{what}: {e}")))?;
         let mut flags = 0;
         if map.readable {
@@ -157,7 +189,7 @@ impl DmaWindows {
             flags |= VFIO_DMA_MAP_FLAG_WRITE;
         }
         iommu
-            .map(vaddr as u64, map.iova, map.size, flags)
+            .map(vaddr, iova, map.size, flags)
             .map_err(|e| io::Error::new(e.kind(), format!("{what}: the IOMMU refused it: {e}")))?;
         self.memory = memory;
         Ok(())
@@ -204,7 +236,7 @@ impl DmaWindows {
             self.memory = memory;
             // The IOMMU lets go before the process mapping does (when
             // `region`, the last reference, drops).
-            if let Err(e) = iommu.unmap(w.iova, w.size) {
+            if let Err(e) = iommu.unmap(GuestAddress(w.iova), w.size) {
                 first_err.get_or_insert(e);
             }
             drop(region);
@@ -231,13 +263,21 @@ mod tests {
     struct Fake(RefCell<Vec<String>>);
 
     impl Iommu for Fake {
-        fn map(&self, _vaddr: u64, iova: u64, size: u64, flags: u32) -> io::Result<()> {
+        fn map(
+            &self,
+            _vaddr: HostVirtAddr,
+            iova: GuestAddress,
+            size: u64,
+            flags: u32,
+        ) -> io::Result<()> {
+            let iova = iova.0;
             self.0
                 .borrow_mut()
                 .push(format!("map {iova:#x}+{size:#x} {flags}"));
             Ok(())
         }
-        fn unmap(&self, iova: u64, size: u64) -> io::Result<()> {
+        fn unmap(&self, iova: GuestAddress, size: u64) -> io::Result<()> {
+            let iova = iova.0;
             self.0
                 .borrow_mut()
                 .push(format!("unmap {iova:#x}+{size:#x}"));
@@ -286,16 +326,22 @@ mod tests {
     struct Strict(RefCell<BTreeMap<u64, u64>>);
 
     impl Iommu for Strict {
-        fn map(&self, _vaddr: u64, iova: u64, size: u64, _flags: u32) -> io::Result<()> {
-            let mut m = self.0.borrow_mut();
+        fn map(
+            &self,
+            _vaddr: HostVirtAddr,
+            iova: GuestAddress,
+            size: u64,
+            _flags: u32,
+        ) -> io::Result<()> {
+            let (iova, mut m) = (iova.0, self.0.borrow_mut());
             if m.iter().any(|(&a, &s)| iova < a + s && a < iova + size) {
                 return Err(io::Error::from_raw_os_error(libc::EEXIST));
             }
             m.insert(iova, size);
             Ok(())
         }
-        fn unmap(&self, iova: u64, size: u64) -> io::Result<()> {
-            match self.0.borrow_mut().remove(&iova) {
+        fn unmap(&self, iova: GuestAddress, size: u64) -> io::Result<()> {
+            match self.0.borrow_mut().remove(&iova.0) {
                 Some(s) if s == size => Ok(()),
                 _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
             }

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use p2p_topology::Bdf;
+use p2p_topology::{Bdf, IommuGroup};
 use vfio_bindings::bindings::vfio::{
     VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION, VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET,
     VFIO_GROUP_FLAGS_VIABLE, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
@@ -26,7 +26,7 @@ use crate::serve::backend::{
 #[derive(Debug)]
 pub struct VfioGpu {
     bdf: Bdf,
-    group_no: u32,
+    group_no: IommuGroup,
     resettable: bool,
     // Dropped in this order: windows, device, group, container.
     dma: DmaWindows,
@@ -52,7 +52,7 @@ impl VfioGpu {
     }
 
     /// Opens `bdf` in group `group_no` under `dev` (`/dev/vfio`), without the sysfs check.
-    pub fn open_group(bdf: Bdf, group_no: u32, dev: &Path) -> Result<Self, VfioError> {
+    pub fn open_group(bdf: Bdf, group_no: IommuGroup, dev: &Path) -> Result<Self, VfioError> {
         let step = |step: &str| {
             let step = step.to_string();
             move |source| VfioError::Open { bdf, step, source }
@@ -147,7 +147,7 @@ impl VfioGpu {
     }
 
     /// Its IOMMU group.
-    pub fn group(&self) -> u32 {
+    pub fn group(&self) -> IommuGroup {
         self.group_no
     }
 

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use p2p_topology::Bdf;
+use p2p_topology::{Bdf, IommuGroup};
 
 use super::VfioError;
 
@@ -15,7 +15,7 @@ use super::VfioError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMembers {
     /// The group number (`/dev/vfio/N`).
-    pub group: u32,
+    pub group: IommuGroup,
     /// Every function in the group with the driver it is bound to (None: no driver).
     pub functions: Vec<(String, Option<String>)>,
 }
@@ -32,7 +32,7 @@ impl GroupMembers {
         let group = target
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.parse::<u32>().ok())
+            .and_then(|n| n.parse::<IommuGroup>().ok())
             .ok_or(VfioError::NoGroup { bdf })?;
         let devices = sysfs.join(format!("kernel/iommu_groups/{group}/devices"));
         let list = std::fs::read_dir(&devices).map_err(|source| VfioError::Sysfs {
@@ -131,7 +131,7 @@ mod tests {
         bind(&root, "0000:82:00.0", "vfio-pci");
         bind(&root, "0000:83:00.0", "vfio-pci");
         let g = GroupMembers::read(&root, "0000:83:00.0".parse().unwrap()).unwrap();
-        assert_eq!(g.group, 7);
+        assert_eq!(g.group, IommuGroup(7));
         assert_eq!(g.functions.len(), 2);
         g.check("0000:83:00.0".parse().unwrap()).unwrap();
     }

@@ -28,10 +28,13 @@ use std::path::PathBuf;
 
 use p2p_topology::Bdf;
 
-pub use dma::{DmaWindows, Iommu, PAGE};
+pub use dma::{DmaWindows, HostVirtAddr, Iommu, PAGE};
 pub use gpu::VfioGpu;
 pub use group::{driver_of, GroupMembers};
 pub use regions::{find_cap, MsixTrap, VfioRegion};
+/// The IOVA a client's DMA window is mapped at (vm-memory's guest address:
+/// the windows are guest memory keyed by IOVA).
+pub use vm_memory::GuestAddress;
 
 /// Why a VFIO device cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +67,7 @@ pub enum VfioError {
         /// The function to serve.
         bdf: Bdf,
         /// Its group.
-        group: u32,
+        group: p2p_topology::IommuGroup,
         /// The function in the way.
         function: String,
         /// Its driver.

@@ -16,6 +16,9 @@ use vfio_bindings::bindings::vfio::{
     vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap,
     vfio_irq_info, vfio_region_info, VFIO_BASE, VFIO_TYPE,
 };
+use vm_memory::{Address, GuestAddress};
+
+use super::dma::HostVirtAddr;
 
 const fn io_nr(n: u32) -> c_ulong {
     ((VFIO_TYPE as c_ulong) << 8) | (VFIO_BASE + n) as c_ulong
@@ -186,23 +189,29 @@ pub fn reset(device: &File) -> io::Result<()> {
 }
 
 /// `VFIO_IOMMU_MAP_DMA`: `size` bytes at `vaddr` in this process appear at `iova`.
-pub fn map_dma(container: &File, vaddr: u64, iova: u64, size: u64, flags: u32) -> io::Result<()> {
+pub fn map_dma(
+    container: &File,
+    vaddr: HostVirtAddr,
+    iova: GuestAddress,
+    size: u64,
+    flags: u32,
+) -> io::Result<()> {
     let mut m = vfio_iommu_type1_dma_map {
         argsz: size_of::<vfio_iommu_type1_dma_map>() as u32,
         flags,
-        vaddr,
-        iova,
+        vaddr: vaddr.as_u64(),
+        iova: iova.raw_value(),
         size,
     };
     ioctl_mut(container, IOMMU_MAP_DMA, &mut m).map(drop)
 }
 
 /// `VFIO_IOMMU_UNMAP_DMA`: returns the bytes the kernel unmapped.
-pub fn unmap_dma(container: &File, iova: u64, size: u64) -> io::Result<u64> {
+pub fn unmap_dma(container: &File, iova: GuestAddress, size: u64) -> io::Result<u64> {
     let mut u = vfio_iommu_type1_dma_unmap {
         argsz: size_of::<vfio_iommu_type1_dma_unmap>() as u32,
         flags: 0,
-        iova,
+        iova: iova.raw_value(),
         size,
         ..Default::default()
     };

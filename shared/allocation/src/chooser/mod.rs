@@ -29,6 +29,7 @@ use p2p_topology::bdf::Bdf;
 use p2p_topology::classify::{classify_functions, PathClass};
 use p2p_topology::select::{GpuSelector, Role};
 use p2p_topology::topology::Topology;
+use p2p_topology::IommuGroup;
 
 pub use fm::{parse_fmpm_list, FmPartition, FmPartitionError};
 use score::{Candidate, Matrix};
@@ -136,7 +137,7 @@ pub struct ChosenDevice {
     /// Why it is in the answer.
     pub role: ChosenRole,
     /// Its IOMMU group; None without an IOMMU.
-    pub iommu_group: Option<u32>,
+    pub iommu_group: Option<IommuGroup>,
     /// Its NUMA node; None when unknown.
     pub numa_node: Option<u32>,
     /// One line: why this device.
@@ -309,7 +310,7 @@ fn gpu_units(
     gpus: &BTreeSet<Bdf>,
     free: &BTreeSet<Bdf>,
 ) -> (Vec<Vec<Bdf>>, Vec<String>) {
-    let mut by_group: BTreeMap<u32, Vec<Bdf>> = BTreeMap::new();
+    let mut by_group: BTreeMap<IommuGroup, Vec<Bdf>> = BTreeMap::new();
     let mut units = Vec::new();
     for g in gpus {
         match topo.function(*g).and_then(|f| f.iommu_group) {
@@ -446,7 +447,10 @@ fn answer(
         .chain(best.nics.iter().map(|(b, _)| *b))
         .collect();
     for (c, of) in companions(topo, selector, &taken) {
-        let grp = topo.function(c).and_then(|f| f.iommu_group).unwrap_or(0);
+        let grp = topo
+            .function(c)
+            .and_then(|f| f.iommu_group)
+            .unwrap_or(IommuGroup(0));
         let reason = format!("in IOMMU group {grp} with {of}: VFIO assigns the group whole");
         devices.push(device(topo, c, ChosenRole::Companion, reason));
     }

@@ -15,7 +15,7 @@ fn func(
     group: Option<u32>,
 ) -> PciFunction {
     let mut f = function(b(bdf), "pci0000:00", parent.map(b), class, port);
-    f.iommu_group = group;
+    f.iommu_group = group.map(IommuGroup);
     f.numa_node = Some(0);
     f
 }

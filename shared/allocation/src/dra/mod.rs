@@ -470,7 +470,7 @@ fn device(
         a.insert(own(id), s(v));
     }
     if let Some(g) = f.iommu_group {
-        a.insert(own("iommuGroup"), DeviceAttribute::Int(i64::from(g)));
+        a.insert(own("iommuGroup"), DeviceAttribute::Int(i64::from(g.0)));
     }
     if kind == DeviceKind::Gpu {
         if let Some(d) = nvlink.get(&f.bdf) {

@@ -80,7 +80,7 @@ pub(crate) fn render(root: &BoxNode, topo: Option<&Topology>) -> String {
 /// A dashed outline around the boxes of every IOMMU group that holds more
 /// than one drawn function (a group of one is said in its box's text).
 fn outline_groups(topo: &Topology, tree: &BTreeMap<Bdf, Rect>, svg: &mut Svg) {
-    let mut groups: BTreeMap<u32, Vec<Rect>> = BTreeMap::new();
+    let mut groups: BTreeMap<p2p_topology::IommuGroup, Vec<Rect>> = BTreeMap::new();
     for (b, r) in tree {
         if let Some(g) = topo.function(*b).and_then(|f| f.iommu_group) {
             groups.entry(g).or_default().push(*r);
@@ -88,7 +88,7 @@ fn outline_groups(topo: &Topology, tree: &BTreeMap<Bdf, Rect>, svg: &mut Svg) {
     }
     for (g, rects) in groups.into_iter().filter(|(_, r)| r.len() > 1) {
         let all = rects.iter().skip(1).fold(rects[0], |a, r| a.union(r));
-        let mut style = Style::boxed("none", GROUP_COLOURS[g as usize % GROUP_COLOURS.len()]);
+        let mut style = Style::boxed("none", GROUP_COLOURS[g.0 as usize % GROUP_COLOURS.len()]);
         style.dashed = true;
         style.stroke_width = 1.5;
         svg.rect(all.inflate(3.0), &style, &[("iommu-group", g.to_string())]);

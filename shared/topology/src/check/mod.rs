@@ -64,7 +64,7 @@ pub struct HostFacts {
     /// What `/dev/kvm` offers; None when not checked (a captured tree, not the live host).
     pub kvm: Option<KvmFacts>,
     /// Default domain type of each IOMMU group used (`kernel/iommu_groups/N/type`).
-    pub group_types: Vec<(u32, String)>,
+    pub group_types: Vec<(crate::IommuGroup, String)>,
     /// Memory BARs per device.
     pub bars: Vec<(Bdf, Vec<BarFacts>)>,
     /// The throughput registers of the devices and every bridge above them.
@@ -172,7 +172,7 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 fn host_items(topo: &Topology, facts: &HostFacts, vmm: Vmm, out: &mut Vec<CheckItem>) {
-    let groups: std::collections::BTreeSet<u32> = topo
+    let groups: std::collections::BTreeSet<crate::IommuGroup> = topo
         .functions
         .iter()
         .filter_map(|f| f.iommu_group)

@@ -70,7 +70,7 @@ fn acs_redirect_sends_switch_traffic_to_the_root_complex() {
         if f.pcie_port_type == Some(PciePortType::SwitchDownstream) {
             f.acs = acs_rr(true);
         }
-        f.iommu_group = Some(u32::from(f.bdf.bus));
+        f.iommu_group = Some(p2p_topology::IommuGroup(u32::from(f.bdf.bus)));
     }
     let p = classify(&t, bdf("0000:03:00.0"), bdf("0000:04:00.0")).unwrap();
     assert_eq!(

@@ -1,6 +1,7 @@
-//! The driver's two gRPC services: Registration (the kubelet's plugin
+//! The plugin's two gRPC services: Registration (the kubelet's plugin
 //! watcher asks who we are) and DRAPlugin v1 and v1beta1 (the kubelet
-//! prepares and unprepares claims), each answering from [`Driver`].
+//! prepares and unprepares claims), the latter answering from a
+//! [`DraDriver`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use p2p_allocation::dra::names::{is_dns_label, is_dns_subdomain};
 
 use super::claims::ClaimRef;
 use super::deadline::Deadline;
-use super::prepare::{ClaimError, Driver};
+use super::driver::{ClaimError, DraDriver};
 use crate::grpc::kubelet_pluginregistration_v1 as reg;
 use crate::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1, quote, refusal};
 
@@ -60,11 +61,29 @@ impl reg::registration_server::Registration for Registration {
     }
 }
 
-/// DRAPlugin, in the version its type parameter's generated code speaks.
-#[derive(Debug, Clone)]
-pub struct DraService {
+/// DRAPlugin, v1 and v1beta1, answering from the driver `D`.
+#[derive(Debug)]
+pub struct DraService<D> {
     /// The node side.
-    pub driver: Arc<Driver>,
+    pub driver: Arc<D>,
+    /// Where each claim's error is told.
+    pub log: fn(&str),
+}
+
+impl<D> Clone for DraService<D> {
+    fn clone(&self) -> Self {
+        Self {
+            driver: self.driver.clone(),
+            log: self.log,
+        }
+    }
+}
+
+impl<D: DraDriver> DraService<D> {
+    /// The service of `driver`, its claims' errors told to `log`.
+    pub fn new(driver: Arc<D>, log: fn(&str)) -> Self {
+        Self { driver, log }
+    }
 }
 
 /// The claim the kubelet names. A claim without a uid makes the whole call
@@ -115,20 +134,20 @@ fn deadline<T>(req: &Request<T>) -> Deadline {
 
 /// Runs `f` on every claim at once, each on a blocking thread of its own
 /// (sysfs writes and waits, an API read): one slow claim holds up no other.
-async fn each<T: Send + 'static>(
-    driver: &Arc<Driver>,
+async fn each<D: DraDriver, T: Send + 'static>(
+    service: &DraService<D>,
     claims: Vec<ClaimRef>,
     deadline: Deadline,
-    f: fn(&Driver, &ClaimRef, Deadline) -> Result<T, ClaimError>,
+    f: fn(&D, &ClaimRef, Deadline) -> Result<T, ClaimError>,
 ) -> Result<Vec<(ClaimRef, Result<T, ClaimError>)>, Status> {
     let tasks: Vec<_> = claims
         .into_iter()
         .map(|c| {
-            let driver = driver.clone();
+            let (driver, log) = (service.driver.clone(), service.log);
             tokio::task::spawn_blocking(move || {
                 let r = f(&driver, &c, deadline);
                 if let Err(e) = &r {
-                    (driver.settings().log)(&e.0);
+                    log(&e.0);
                 }
                 (c, r)
             })
@@ -147,7 +166,7 @@ async fn each<T: Send + 'static>(
 macro_rules! dra_service {
     ($m:ident, { $($extra:tt)* }) => {
         #[tonic::async_trait]
-        impl $m::dra_plugin_server::DraPlugin for DraService {
+        impl<D: DraDriver> $m::dra_plugin_server::DraPlugin for DraService<D> {
             async fn node_prepare_resources(
                 &self,
                 req: Request<$m::NodePrepareResourcesRequest>,
@@ -161,7 +180,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(&self.driver, claims, deadline, Driver::prepare).await? {
+                for (c, r) in each(self, claims, deadline, D::prepare).await? {
                     let entry = match r {
                         Ok(devices) => $m::NodePrepareResourceResponse {
                             devices: devices
@@ -199,7 +218,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(&self.driver, claims, deadline, Driver::unprepare).await? {
+                for (c, r) in each(self, claims, deadline, D::unprepare).await? {
                     let error = r.err().map(|e| crate::grpc::bounded(&e.0)).unwrap_or_default();
                     out.insert(c.uid, $m::NodeUnprepareResourceResponse { error });
                 }

@@ -1,41 +1,57 @@
-//! The node's ResourceSlices kept published: read from sysfs and published
-//! as a new pool generation when the devices change (a timer and kernel
-//! uevents), published again when the API server's copy differs (the slices'
-//! watch), and adopted from an earlier run at start.
+//! The node's ResourceSlices kept published: asked of the driver and
+//! published as a new pool generation when they change (a timer, and the
+//! driver's own wake-up, kernel uevents for vp2p), published again when the
+//! API server's copy differs (the slices' watch), and adopted from an
+//! earlier run at start.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{api_server, build, Settings};
+use p2p_allocation::dra::ResourceSlice;
 
-/// How long the publisher waits after a uevent before reading sysfs: a
-/// bind is an unbind, a `driver_override` write and a probe in a row.
+use super::driver::DraDriver;
+use super::{api_server, PluginSettings};
+
+/// How long the publisher waits after a device wake-up before asking the
+/// driver: a bind is an unbind, a `driver_override` write and a probe in a
+/// row.
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// Publishes the node's slices whenever its devices differ from those last
-/// published (a GPU bound, unbound, appeared or gone: a new pool
+/// Whether `a` and `b` are the same slices but for their pool generation.
+fn same_slices(a: &[ResourceSlice], b: &[ResourceSlice]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            let mut y = y.clone();
+            y.spec.pool.generation = x.spec.pool.generation;
+            *x == y
+        })
+}
+
+/// Publishes the node's slices whenever the driver's differ from those last
+/// published (a device bound, unbound, appeared or gone: a new pool
 /// generation) or the API server no longer holds them as published (deleted,
-/// edited, or not owned by the Node), checking the devices every `resync`
-/// and at once when `devices` is notified (a kernel uevent of a PCI
-/// function), and the API server's copy at once when `api` is notified (an
-/// event of the slices' watch: that check reads no sysfs), until `stop`; an
-/// API server that fails is retried at the next check. The first
-/// publication adopts the slices of an earlier run: the same names, the next
-/// pool generation.
-pub async fn publish_loop(
+/// edited, or not owned by the Node), asking the driver every `resync` and
+/// at once when `devices_changed` is notified, and checking the API
+/// server's copy at once when `api_changed` is notified (an event of the
+/// slices' watch: that check asks the driver nothing), until `stop`; an API
+/// server that fails is retried at the next check. The first publication
+/// adopts the slices of an earlier run: the same names, the next pool
+/// generation.
+pub async fn publish_loop<D: DraDriver>(
     api: api_server::ApiServer,
-    settings: Settings,
+    driver: Arc<D>,
+    settings: PluginSettings,
     resync: Duration,
     devices_changed: Arc<tokio::sync::Notify>,
     api_changed: Arc<tokio::sync::Notify>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let (node, driver, log) = (
+    let (node, driver_name, log) = (
         settings.node_name.clone(),
         settings.driver_name.clone(),
         settings.log,
     );
-    let mut generation = match api.generation(&node, &driver).await {
+    let mut generation = match api.generation(&node, &driver_name).await {
         Ok(g) => g,
         Err(e) => {
             log(&format!("reading the published generation: {e}"));
@@ -48,11 +64,8 @@ pub async fn publish_loop(
         ));
     }
     let mut owner = None;
-    // The devices and slices last published.
-    let mut last: Option<(
-        Vec<p2p_allocation::dra::Device>,
-        Vec<p2p_allocation::dra::ResourceSlice>,
-    )> = None;
+    // The slices last published.
+    let mut last: Option<Vec<ResourceSlice>> = None;
     let mut api_only = false;
     loop {
         if owner.is_none() {
@@ -62,16 +75,14 @@ pub async fn publish_loop(
             }
         }
         let next = generation + 1;
-        // What to publish, if anything: the devices read now, or (on an API
-        // event) the last publication again.
+        // What to publish, if anything: the driver's slices now, or (on an
+        // API event) the last publication again.
         let candidate = if api_only {
             last.clone()
         } else {
-            let s = settings.clone();
-            match tokio::task::spawn_blocking(move || build(&s, next)).await {
-                Ok(Ok((_, publication))) => {
-                    Some((publication.devices().cloned().collect(), publication.slices))
-                }
+            let d = driver.clone();
+            match tokio::task::spawn_blocking(move || d.publication(next)).await {
+                Ok(Ok(slices)) => Some(slices),
                 Ok(Err(e)) => {
                     log(&format!("building the slices: {e}"));
                     None
@@ -82,13 +93,16 @@ pub async fn publish_loop(
                 }
             }
         };
-        if let Some((devices, mut slices)) = candidate {
-            let changed = last.as_ref().map(|(d, _)| d) != Some(&devices);
-            // Unchanged devices, but gone from the API server (the kubelet's
+        if let Some(mut slices) = candidate {
+            let changed = !last.as_deref().is_some_and(|l| same_slices(l, &slices));
+            // Unchanged slices, but gone from the API server (the kubelet's
             // DRA manager deletes a node's slices when it starts) or edited
             // there: published again.
             let lost = !changed
-                && match api.holds(&node, &driver, &slices, owner.as_ref()).await {
+                && match api
+                    .holds(&node, &driver_name, &slices, owner.as_ref())
+                    .await
+                {
                     Ok(held) => !held,
                     Err(e) => {
                         log(&format!("reading the published slices: {e}"));
@@ -104,15 +118,18 @@ pub async fn publish_loop(
                 }
                 // The generation advances only once published: a retry after
                 // a failure publishes the same one.
-                match api.publish(&node, &driver, &slices, owner.as_ref()).await {
+                match api
+                    .publish(&node, &driver_name, &slices, owner.as_ref())
+                    .await
+                {
                     Ok(()) => {
                         generation = next;
+                        let devices: usize = slices.iter().map(|s| s.spec.devices.len()).sum();
                         log(&format!(
-                            "published {} device(s) in {} slice(s), pool generation {generation}",
-                            devices.len(),
+                            "published {devices} device(s) in {} slice(s), pool generation {generation}",
                             slices.len()
                         ));
-                        last = Some((devices, slices));
+                        last = Some(slices);
                     }
                     Err(e) => log(&format!("publishing: {e} (retried in {resync:?})")),
                 }

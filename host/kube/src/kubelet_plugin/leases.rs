@@ -1,8 +1,9 @@
 //! Who works on what: a claim is prepared or unprepared by one call at a
 //! time (the kubelet retries a call that timed out while the first may
-//! still be rolling back), and an IOMMU group is bound by one claim at a
-//! time (two claims may hold devices of one group). Everything else runs
-//! at once; no lease is needed to read the API server or sysfs.
+//! still be rolling back), and whatever else a driver's claims share is
+//! held by one claim at a time (vp2p: an IOMMU group, as two claims may
+//! hold devices of one group). Everything else runs at once; no lease is
+//! needed to read the API server or sysfs.
 
 use std::collections::BTreeSet;
 use std::sync::{Condvar, Mutex};

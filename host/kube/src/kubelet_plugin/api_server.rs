@@ -1,5 +1,4 @@
-//! The driver's API side, through the Kubernetes API server (kube-rs with
-//! k8s-openapi's `resource.k8s.io/v1` types, Kubernetes 1.34's API): the
+//! The plugin's API side, through the Kubernetes API server (kube-rs): the
 //! node's ResourceSlices published (created, replaced, the ones no longer
 //! built deleted), owned by the node's Node object, published again with a
 //! new pool generation when the node's devices change, watched so that a
@@ -7,6 +6,9 @@
 //! driver stops (its next start adopts them) and removed only on request
 //! (uninstall); and the ResourceClaims read at prepare. In a cluster the
 //! service account's credentials are used, else a kubeconfig.
+//!
+//! The objects are vp2p's own `resource.k8s.io/v1` types, sent and read
+//! through kube's dynamic API ([`objects`] says why and maps them).
 //!
 //! Every request is bounded by the connection's timeout (`--api-timeout-ms`):
 //! an API server that stops answering fails the request instead of holding
@@ -20,15 +22,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use p2p_allocation::dra::claim::ResourceClaim;
 use p2p_allocation::dra::ResourceSlice;
 use tokio_stream::StreamExt;
 
 use super::claims::{ClaimRef, ClaimSource};
+use super::objects;
 
 /// Why the API server could not be reached or answered an error.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +54,7 @@ pub enum ApiError {
         /// How long it was given.
         after: Duration,
     },
-    /// An object did not convert between vp2p's types and the API's.
+    /// An object did not read as, or write from, vp2p's types.
     #[error("{what}: {source}")]
     Convert {
         /// Which object.
@@ -83,16 +85,11 @@ fn request(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
     }
 }
 
-fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(
-    what: &str,
-    v: &T,
-) -> Result<U, ApiError> {
-    serde_json::to_value(v)
-        .and_then(serde_json::from_value)
-        .map_err(|source| ApiError::Convert {
-            what: what.to_string(),
-            source,
-        })
+fn converting(what: &str) -> impl FnOnce(serde_json::Error) -> ApiError + '_ {
+    move |source| ApiError::Convert {
+        what: what.to_string(),
+        source,
+    }
 }
 
 /// The HTTP status of an error answer, if the API server gave one.
@@ -149,16 +146,16 @@ impl ApiServer {
             .map_err(request(what))
     }
 
-    fn slices(&self) -> Api<k8s::ResourceSlice> {
-        Api::all(self.client.clone())
+    fn slices(&self) -> Api<DynamicObject> {
+        Api::all_with(self.client.clone(), &objects::slices())
     }
 
-    /// The driver's slices of `node` now on the API server.
+    /// The driver's slices of `node` now on the API server, as it sent them.
     pub async fn published(
         &self,
         node: &str,
         driver: &str,
-    ) -> Result<Vec<k8s::ResourceSlice>, ApiError> {
+    ) -> Result<Vec<DynamicObject>, ApiError> {
         let lp =
             ListParams::default().fields(&format!("spec.nodeName={node},spec.driver={driver}"));
         let list = self
@@ -172,7 +169,7 @@ impl ApiServer {
         Ok(list
             .items
             .into_iter()
-            .filter(|s| s.spec.driver == driver && s.spec.node_name.as_deref() == Some(node))
+            .filter(|s| objects::is_of(s, node, driver))
             .collect())
     }
 
@@ -209,29 +206,17 @@ impl ApiServer {
         if published.len() != slices.len() {
             return Ok(false);
         }
-        let spec = |v: serde_json::Value| {
-            let mut spec = v.get("spec").cloned().unwrap_or_default();
-            if let Some(pool) = spec.get_mut("pool").and_then(|p| p.as_object_mut()) {
-                pool.remove("generation");
-            }
-            spec
-        };
         for ours in slices {
             let name = &ours.metadata.name;
-            let want: k8s::ResourceSlice = convert(&format!("ResourceSlice {name}"), ours)?;
             let Some(theirs) = published
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
             else {
                 return Ok(false);
             };
-            let as_json = |s: &k8s::ResourceSlice| {
-                serde_json::to_value(s).map_err(|source| ApiError::Convert {
-                    what: format!("ResourceSlice {name}"),
-                    source,
-                })
-            };
-            if spec(as_json(&want)?) != spec(as_json(theirs)?) {
+            let same = objects::same_spec(ours, theirs)
+                .map_err(converting(&format!("ResourceSlice {name}")))?;
+            if !same {
                 return Ok(false);
             }
             if let Some(owner) = owner {
@@ -254,7 +239,7 @@ impl ApiServer {
             .published(node, driver)
             .await?
             .iter()
-            .map(|s| s.spec.pool.generation)
+            .filter_map(objects::generation)
             .max()
             .unwrap_or(0))
     }
@@ -273,8 +258,8 @@ impl ApiServer {
         let pp = PostParams::default();
         for s in slices {
             let name = s.metadata.name.clone();
-            let mut obj: k8s::ResourceSlice = convert(&format!("ResourceSlice {name}"), s)?;
-            obj.metadata.owner_references = owner.map(|o| vec![o.clone()]);
+            let mut obj = objects::slice_object(s, owner)
+                .map_err(converting(&format!("ResourceSlice {name}")))?;
             let creating = format!("creating ResourceSlice {name}");
             match Self::within(&creating, self.timeout, api.create(&pp, &obj)).await? {
                 Ok(_) => continue,
@@ -399,13 +384,14 @@ impl ApiServer {
         name: &str,
         within: Duration,
     ) -> Result<ResourceClaim, ApiError> {
-        let api: Api<k8s::ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &objects::claims());
         let what = format!("ResourceClaim {namespace}/{name}");
         let reading = format!("reading {what}");
         let obj = Self::within(&reading, within.min(self.timeout), api.get(name))
             .await?
             .map_err(request(reading))?;
-        convert(&what, &obj)
+        objects::claim(obj).map_err(converting(&what))
     }
 }
 
