@@ -57,7 +57,7 @@ awk -F'\t' '/^total/ { printf "%8.1f  total\n", $2 }' "$VP2P_CLOCK"
 
 echo
 echo "== target/ after the run"
-for d in "$target" "$target"/debug "$target"/debug/* "$target"/package "$target"/static "$target"/kube-peers; do
+for d in "$target" "$target"/debug "$target"/debug/* "$target"/package "$target"/kube-peers; do
     if [ -e "$d" ]; then du -sh "$d"; fi
 done
 

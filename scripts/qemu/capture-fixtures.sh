@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Capture sysfs fixtures from real Linux guests under QEMU (TCG), with the static p2p-host.
+# Capture sysfs fixtures from real Linux guests under QEMU (TCG), with the workspace's p2p-host.
 #
 #   scripts/qemu/capture-fixtures.sh [--combo QEMU:TOPOLOGY:IOMMU]... [--all]
 #                                    [--out DIR] [--logs DIR] [--timeout SECS]
 #   scripts/qemu/capture-fixtures.sh --guest-script FILE
 #
 # For each combination (default: the six below) it boots the cached Debian kernel with
-# an initramfs holding target/static/.../p2p-host (built by build-guest-bins.sh), and the
+# an initramfs holding p2p-host (`cargo build -p p2p-host-cli`, with the shared libraries
+# mkinitramfs.sh adds), and the
 # guest runs, as root on the live /sys:
 #   p2p-host snapshot --out /tmp/cap             -> /tmp/cap/sysfs (PCI attributes + links)
 #   p2p-host topo --json --gpu-class "$cls" --all-nics -> /tmp/cap/topo.json
@@ -109,8 +110,9 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$LOGS" "$OUT"
 
 guest_script "$WORK/init.sh"
-BIN_DIR="$("$HERE/build-guest-bins.sh" --package p2p-host --print-dir --quiet)"
-P2P_HOST="$BIN_DIR/p2p-host"
+REPO="$(cd "$HERE/../.." && pwd)"
+(cd "$REPO" && cargo build -q -p p2p-host-cli) || die "cargo build -p p2p-host-cli failed"
+P2P_HOST="${CARGO_TARGET_DIR:-$REPO/target}/debug/p2p-host"
 
 INITRD="$WORK/capture.cpio.gz"
 "$HERE/mkinitramfs.sh" "$INITRD" --init "$WORK/init.sh" --add "$P2P_HOST:/usr/bin/p2p-host"

@@ -8,7 +8,9 @@
 #                   "==VP2P-EXIT <rc>==" and boot.sh exits with it. Without --init the guest
 #                   prints a short PCI summary.
 #   --add SRC:DEST  copy file or directory SRC to DEST (absolute path in the guest), e.g.
-#                   --add target/x86_64-unknown-linux-musl/release/p2p-host:/usr/bin/p2p-host
+#                   --add target/debug/p2p-host:/usr/bin/p2p-host; a dynamically linked
+#                   program is stripped of debug information and brings its shared
+#                   libraries (ldd's list, at the host's paths)
 #   --modules LIST  comma-separated kernel modules to include with their dependencies
 #                   (e.g. vfio-pci,virtio_pci); load them in the init script with modprobe.
 #
@@ -144,6 +146,22 @@ chmod 755 "$ROOT/init"
 
 [ -z "$INIT_SCRIPT" ] || install -m 755 "$INIT_SCRIPT" "$ROOT/vp2p/init.sh"
 
+# A dynamically linked program added (the workspace's own debug build, as the
+# tests add it) loses its debug information, which the guest never reads, and
+# brings every shared library ldd names, at the host's path: the host built it
+# against those. A static program or a script is copied as it is.
+add_libraries() {
+    local f=$1 lib
+    [ -f "$f" ] && head -c4 "$f" | grep -q $'\x7fELF' || return 0
+    ldd "$f" >/dev/null 2>&1 || return 0
+    strip --strip-debug "$f"
+    for lib in $(ldd "$f" | awk '/=> \// { print $3 } /^\t\// { print $1 }'); do
+        [ -e "$ROOT$lib" ] && continue
+        mkdir -p "$ROOT$(dirname "$lib")"
+        cp -L "$lib" "$ROOT$lib"
+    done
+}
+
 for a in ${ADDS[@]+"${ADDS[@]}"}; do
     src="${a%%:*}"; dst="${a#*:}"
     [ "$src" != "$a" ] && [ -n "$src" ] && [ -n "$dst" ] || die "--add wants SRC:DEST, got '$a'"
@@ -151,6 +169,7 @@ for a in ${ADDS[@]+"${ADDS[@]}"}; do
     [ -e "$src" ] || die "--add: $src does not exist"
     mkdir -p "$ROOT$(dirname "$dst")"
     if [ -d "$src" ]; then mkdir -p "$ROOT$dst"; cp -a "$src"/. "$ROOT$dst"/; else cp -aL "$src" "$ROOT$dst"; fi
+    add_libraries "$ROOT$dst"
 done
 
 mkdir -p "$(dirname "$OUT")"

@@ -1,6 +1,6 @@
 //! End-to-end injection (issue "Injection end to end"): GPUs served over
 //! vfio-user by the real `p2p-host serve`, a Debian kernel booted under QEMU
-//! 11.1 (TCG) with boot.sh's `vfio-user-gpus` topology, and the real static
+//! 11.1 (TCG) with boot.sh's `vfio-user-gpus` topology, and the workspace's
 //! `p2p-guest probe` / `p2p-host topo` / `lspci` / `setpci` inside. This module
 //! has the plumbing; `tests/tests/guests/e2e_injection.rs` has the checks.
 
@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use p2p_report::PlanReport;
@@ -123,28 +123,6 @@ pub fn require_vfio_user_qemu() -> QemuSetup {
         String::from_utf8_lossy(&out.stderr)
     );
     setup
-}
-
-/// Builds static p2p-host and p2p-guest once per test process
-/// (`build-guest-bins.sh`) and returns their directory.
-pub fn static_bins() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(script("build-guest-bins.sh"))
-            .args(["--print-dir", "--quiet"])
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("bash runs build-guest-bins.sh");
-        assert!(
-            out.status.success(),
-            "build-guest-bins.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-    .clone()
 }
 
 /// The H200 of `h200x2-passthrough-guest` (00:06.0), unpacked into `dir`;

@@ -1,6 +1,6 @@
 //! Booting real Linux guests under QEMU (TCG) from Rust tests, through the
-//! scripts in `scripts/qemu/`: `setup.sh` fills the cache, `build-guest-bins.sh`
-//! builds static binaries, `mkinitramfs.sh` packs them, `boot.sh` runs the VM,
+//! scripts in `scripts/qemu/`: `setup.sh` fills the cache, `mkinitramfs.sh`
+//! packs the workspace's binaries (with their libraries), `boot.sh` runs the VM,
 //! `extract.sh` unpacks what the guest emitted. Also the checks shared by the
 //! captured-tree and live tests (scan a captured tree, compare it with the
 //! report the guest printed).
@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+
 use std::time::{Duration, Instant};
 
 use p2p_host::nvlink::{self, NvLinkOptions};
@@ -109,37 +109,15 @@ pub fn require_setup() -> QemuSetup {
     setup
 }
 
-/// Builds the static binaries once per test process with
-/// `scripts/qemu/build-guest-bins.sh --package p2p-host` and returns the
-/// directory holding them. Only p2p-host is built here, so a guest crate in
-/// the middle of an edit does not break the host tests.
-pub fn static_bin_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let mut cmd = Command::new("bash");
-        cmd.arg(script("build-guest-bins.sh")).args([
-            "--package",
-            "p2p-host",
-            "--print-dir",
-            "--quiet",
-        ]);
-        // Do not let the outer `cargo test`'s settings leak into the static build.
-        cmd.env_remove("RUSTFLAGS").env_remove("CARGO_TARGET_DIR");
-        let out = cmd.output().expect("bash runs build-guest-bins.sh");
-        assert!(
-            out.status.success(),
-            "build-guest-bins.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        assert!(
-            dir.join("p2p-host").is_file(),
-            "no p2p-host in {}",
-            dir.display()
-        );
-        dir
-    })
-    .clone()
+/// The directory of the workspace binaries the guests run (`p2p-host`,
+/// `p2p-guest`, and below `examples/` the vfio-user client): the suite's own
+/// build ([`crate::binary`]), dynamically linked; `mkinitramfs.sh` strips
+/// them and adds the shared libraries they link. No second build.
+pub fn guest_bin_dir() -> PathBuf {
+    crate::binary("p2p-host")
+        .parent()
+        .expect("the binaries' directory")
+        .to_path_buf()
 }
 
 /// Runs a script, panicking with its output on failure.

@@ -3,13 +3,13 @@
 //! NUMA nodes (pxb-pcie, root ports, x3130 switches; boot.sh `vfio-user-gpus`,
 //! IOMMU on). The cliques come from `p2p-host plan --json` on the guest's own
 //! topology (the committed capture `tests/fixtures/qemu-11.1-vfio-user-gpus`),
-//! and that plan is re-run on this boot's snapshot. Inside the guest the real
-//! static `p2p-guest probe --json --no-driver`, `p2p-host topo --json`, `lspci`
+//! and that plan is re-run on this boot's snapshot. Inside the guest the
+//! workspace's `p2p-guest probe --json --no-driver`, `p2p-host topo --json`, `lspci`
 //! and `setpci` run; every check is counted and the test prints
 //! `N passed, M failed`.
 //!
 //! Needs `bash scripts/qemu/setup.sh` once; without QEMU 11.1 it FAILS (never
-//! skips). About 15 s of boot on 2 cores, plus the static build the first time.
+//! skips). About 15 s of boot on 2 cores, plus the workspace's build the first time.
 //! `cargo test -p p2p-tests --test guests -- --ignored e2e_injection::capture_fixture`
 //! recaptures the fixture.
 
@@ -20,14 +20,14 @@ use std::time::Instant;
 use p2p_report::TopoReport;
 use p2p_tests::e2e::{
     boot, capability_bytes, capability_chain, hand_cliques, parse_lspci_hex, plan_cliques,
-    require_vfio_user_qemu, static_bins, unpack_h200, write_fixture, Checks, GpuSlot, Server,
-    CLASSES, FIXTURE, GPUS, GUEST_SCRIPT,
+    require_vfio_user_qemu, unpack_h200, write_fixture, Checks, GpuSlot, Server, CLASSES, FIXTURE,
+    GPUS, GUEST_SCRIPT,
 };
 use p2p_tests::fixture_dir;
-use p2p_tests::qemu::{extract, mkinitramfs};
+use p2p_tests::qemu::{extract, guest_bin_dir, mkinitramfs};
 use serde_json::Value;
 
-/// Budget for the test's own run (the static build is cargo's time, not ours).
+/// Budget for the test's own run (the binaries' build is cargo's time, not ours).
 const BUDGET_S: u64 = 300;
 
 /// What one boot produced.
@@ -92,7 +92,7 @@ fn read(dir: &Path, name: &str) -> String {
 fn injected_cliques_reach_the_guest() {
     let t0 = Instant::now();
     let setup = require_vfio_user_qemu();
-    let bins = static_bins();
+    let bins = guest_bin_dir();
     let t_build = t0.elapsed();
     let t1 = Instant::now();
     let p2p_host = bins.join("p2p-host");
@@ -420,7 +420,7 @@ fn injected_cliques_reach_the_guest() {
         || "too slow".into(),
     );
     eprintln!(
-        "QEMU {} (kernel {}): static build {:.1?}, boot {:.1} s, test {:.1?}\n{}",
+        "QEMU {} (kernel {}): binaries {:.1?}, boot {:.1} s, test {:.1?}\n{}",
         setup.qemu_version("10"),
         setup.kernel_version(),
         t_build,
@@ -437,7 +437,7 @@ fn injected_cliques_reach_the_guest() {
 #[ignore = "rewrites a committed fixture; run by hand"]
 fn capture_fixture() {
     let setup = require_vfio_user_qemu();
-    let bins = static_bins();
+    let bins = guest_bin_dir();
     let planned = plan_cliques(&bins.join("p2p-host"), &fixture_dir(FIXTURE)).unwrap_or_default();
     let run = boot_with(&planned, &bins);
     let out = run.dir.path().join("out");

@@ -5,7 +5,7 @@
 //! arguments and NCCL's topology file; QEMU 11.1 (TCG) boots exactly those
 //! arguments, with each `vfio-pci` GPU swapped for a `vfio-user-pci` device
 //! served by the real `p2p-host serve` at the same bus and address, and the
-//! NCCL file handed over with `-fw_cfg`. Inside the guest the static
+//! NCCL file handed over with `-fw_cfg`. Inside the guest the
 //! `p2p-host topo`, `p2p-host snapshot`, `p2p-guest probe` and
 //! `p2p-guest nccl-topo install` run.
 //!
@@ -25,11 +25,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use p2p_report::{PlanReport, TopoReport};
-use p2p_tests::e2e::{
-    require_vfio_user_qemu, static_bins, unpack_h200, Checks, Server, CLASSES, FIXTURE, GPUS,
-};
+use p2p_tests::e2e::{require_vfio_user_qemu, unpack_h200, Checks, Server, CLASSES, FIXTURE, GPUS};
 use p2p_tests::fixture_dir;
-use p2p_tests::qemu::{extract, script};
+use p2p_tests::qemu::{extract, guest_bin_dir, script};
 use p2p_topology::guest_layout::{GuestLayout, GuestTopology};
 use p2p_topology::Bdf;
 use serde_json::Value;
@@ -121,7 +119,7 @@ const EXPECTED_GUEST: [(&str, &str); 6] = [
 fn mirrored_guest_shows_the_host_classes() {
     let t0 = Instant::now();
     let _setup = require_vfio_user_qemu();
-    let bins = static_bins();
+    let bins = guest_bin_dir();
     let p2p_host = bins.join("p2p-host");
     let host_tree = fixture_dir(FIXTURE);
     let host_tree = host_tree.to_str().unwrap();

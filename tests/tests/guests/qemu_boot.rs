@@ -1,26 +1,26 @@
 //! Live end-to-end: boots the Debian kernel under QEMU (TCG) with boot.sh's
 //! `two-socket` topology and an IOMMU, once with QEMU 7.2 and once with the
-//! 11.1 build. Inside, the static `p2p-host` prints `topo --json --gpu-class
+//! 11.1 build. Inside, the workspace's `p2p-host` prints `topo --json --gpu-class
 //! 0108` and takes a `snapshot`; both come back over the serial console. The
 //! test checks them against the classes written from QEMU's command line, and
 //! checks that scanning the snapshot here gives what the guest printed there.
 //!
 //! Needs `bash scripts/qemu/setup.sh` once; without it these tests FAIL (they
-//! never skip). About 10 s per boot on 2 cores, plus the static build the
+//! never skip). About 10 s per boot on 2 cores, plus the workspace's build the
 //! first time.
 
 use std::time::Instant;
 
 use p2p_tests::qemu::{
-    assert_no_errors, capture_guest_script, compare_guest_and_host, extract, guest_report,
-    mkinitramfs, require_setup, scan_capture, static_bin_dir, Boot,
+    assert_no_errors, capture_guest_script, compare_guest_and_host, extract, guest_bin_dir,
+    guest_report, mkinitramfs, require_setup, scan_capture, Boot,
 };
 use p2p_tests::qemu_expect;
 
 fn boot_two_socket(qemu: &str) {
     let t0 = Instant::now();
     let setup = require_setup();
-    let bin = static_bin_dir().join("p2p-host");
+    let bin = guest_bin_dir().join("p2p-host");
     let t_build = t0.elapsed();
 
     let tmp = tempfile::tempdir().expect("temporary directory");
@@ -85,7 +85,7 @@ fn boot_two_socket(qemu: &str) {
         &compare_guest_and_host(&guest, &host),
     );
     eprintln!(
-        "QEMU {version}: static build {:.1?}, boot {:.1?}, total {:.1?}",
+        "QEMU {version}: binaries {:.1?}, boot {:.1?}, total {:.1?}",
         t_build,
         booted.wall,
         t0.elapsed()

@@ -1,7 +1,7 @@
 //! Live end-to-end proof of the VFIO backend: QEMU 11.1 (TCG) with a virtual
 //! Intel IOMMU and QEMU's `edu` device; inside the guest, edu is bound to
 //! vfio-pci, `p2p-host serve --gpu socket=...,vfio=<edu>,clique=3` serves it
-//! and the static vfio-user client `vfio_user_edu` (host/examples) checks,
+//! and the vfio-user client `vfio_user_edu` (host/examples) checks,
 //! over the socket and the mappings the server hands over:
 //! - config: edu's real ids (1234:11e8) with the P2P capability, clique 3;
 //! - bar0: edu's identification register and liveness check through the
@@ -18,14 +18,12 @@
 //!   after them.
 //!
 //! Needs `bash scripts/qemu/setup.sh` once (it FAILS without it, as the other
-//! QEMU tests do). One boot, about a minute under TCG on 2 cores, plus the
-//! static builds the first time.
+//! QEMU tests do). One boot, about a minute under TCG on 2 cores.
 
 use std::path::Path;
 use std::process::Command;
 
-use p2p_tests::qemu::{require_setup, script, static_bin_dir};
-use p2p_tests::repo_root;
+use p2p_tests::qemu::{guest_bin_dir, require_setup, script};
 
 const INIT: &str = r#"
 modprobe vfio-pci || { echo "EDU-FAIL modprobe vfio-pci"; exit 10; }
@@ -66,31 +64,6 @@ echo "EDU-ROUNDS $r1 $r2"
 [ "$r1" = 0 ] && [ "$r2" = 0 ]
 "#;
 
-/// Builds the client statically, as build-guest-bins.sh builds p2p-host.
-fn static_client() -> std::path::PathBuf {
-    let dir = static_bin_dir();
-    let target_dir = dir.ancestors().nth(2).expect("target/static").to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(repo_root())
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .env_remove("CARGO_TARGET_DIR")
-        .args([
-            "build",
-            "-q",
-            "--release",
-            "--target",
-            "x86_64-unknown-linux-gnu",
-        ])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .args(["-p", "p2p-host", "--example", "vfio_user_edu"])
-        .status()
-        .expect("cargo runs");
-    assert!(st.success(), "building the vfio_user_edu example failed");
-    dir.join("examples/vfio_user_edu")
-}
-
 fn run(cmd: &mut Command) -> (Option<i32>, String, String) {
     let out = cmd.output().expect("runs");
     (
@@ -103,8 +76,9 @@ fn run(cmd: &mut Command) -> (Option<i32>, String, String) {
 #[test]
 fn edu_behind_serve_vfio_does_dma_and_interrupts_for_a_vfio_user_client() {
     require_setup();
-    let host = static_bin_dir().join("p2p-host");
-    let client = static_client();
+    let host = guest_bin_dir().join("p2p-host");
+    // Built by the suite's `cargo test` with the other examples.
+    let client = guest_bin_dir().join("examples/vfio_user_edu");
     let tmp = tempfile::tempdir().unwrap();
     let init = tmp.path().join("init.sh");
     std::fs::write(&init, INIT).unwrap();
