@@ -28,29 +28,12 @@ use vm_memory::{
     GuestRegionCollectionError, GuestRegionMmap, MmapRegion,
 };
 
-use super::sys;
+use super::sys::{self, HostVirtAddr};
 use crate::serve::backend::DmaMapping;
 
 /// The IOMMU page size the windows are checked against (the smallest the
 /// type-1 IOMMU supports on x86-64 and arm64 with 4 KiB pages).
 pub const PAGE: u64 = 4096;
-
-/// A virtual address in this process: where a window of the client's
-/// memory is mapped, what the IOMMU translates the window's IOVA to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostVirtAddr(*mut u8);
-
-impl HostVirtAddr {
-    /// The address `ptr` points at.
-    pub fn new(ptr: *mut u8) -> Self {
-        Self(ptr)
-    }
-
-    /// The address as the kernel's ioctl structures take it.
-    pub fn as_u64(self) -> u64 {
-        self.0 as u64
-    }
-}
 
 /// Where the IOMMU ioctls go: the container, or a stand-in in tests.
 pub trait Iommu {

@@ -28,7 +28,8 @@ use std::path::PathBuf;
 
 use p2p_topology::Bdf;
 
-pub use dma::{DmaWindows, HostVirtAddr, Iommu, PAGE};
+pub use dma::{DmaWindows, Iommu, PAGE};
+pub use sys::HostVirtAddr;
 pub use gpu::VfioGpu;
 pub use group::{driver_of, GroupMembers};
 pub use regions::{find_cap, MsixTrap, VfioRegion};

@@ -18,7 +18,22 @@ use vfio_bindings::bindings::vfio::{
 };
 use vm_memory::{Address, GuestAddress};
 
-use super::dma::HostVirtAddr;
+/// A virtual address in this process: where a window of the client's
+/// memory is mapped, what the IOMMU translates the window's IOVA to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostVirtAddr(*mut u8);
+
+impl HostVirtAddr {
+    /// The address `ptr` points at.
+    pub fn new(ptr: *mut u8) -> Self {
+        Self(ptr)
+    }
+
+    /// The address as the kernel's ioctl structures take it.
+    pub fn as_u64(self) -> u64 {
+        self.0 as u64
+    }
+}
 
 const fn io_nr(n: u32) -> c_ulong {
     ((VFIO_TYPE as c_ulong) << 8) | (VFIO_BASE + n) as c_ulong
