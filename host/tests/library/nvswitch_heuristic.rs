@@ -7,31 +7,20 @@
 use p2p_host::nvlink::{discover, NvLinkOptions};
 use p2p_report::TopoReport;
 use p2p_topology::pci::PciePortType;
-use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, NvLinkSource, PciFunction, Topology};
+use p2p_topology::topology::{AcsState, HostBridge, NvLinkSource, PciFunction, Topology};
 use p2p_topology::{Bdf, GpuSelector, PathClass};
 
+/// An endpoint of `class` on vfio-pci below the host bridge its bus falls in,
+/// NUMA node 1 above bus 0x80, its ACS not read.
 fn function(bdf: Bdf, class: u32, device: u16) -> PciFunction {
-    PciFunction {
-        bdf,
-        vendor: 0x10de,
-        device,
-        subsystem_vendor: None,
-        subsystem_device: None,
-        class,
-        is_bridge: false,
-        host_bridge: format!("pci{:04x}:{:02x}", bdf.domain, bdf.bus & 0xf0),
-        parent: None,
-        pcie_port_type: Some(PciePortType::Endpoint),
-        acs: AcsState::NotRead,
-        iommu_group: None,
-        numa_node: Some(u32::from(bdf.bus >= 0x80)),
-        cpu_affinity: None,
-        driver: Some("vfio-pci".into()),
-        link: LinkInfo::default(),
-        config_len: 256,
-        interfaces: vec![],
-        rdma_devices: vec![],
-    }
+    let hb = format!("pci{:04x}:{:02x}", bdf.domain, bdf.bus & 0xf0);
+    let mut f =
+        p2p_test_support::topologies::function(bdf, &hb, None, class, Some(PciePortType::Endpoint));
+    f.device = device;
+    f.acs = AcsState::NotRead;
+    f.numa_node = Some(u32::from(bdf.bus >= 0x80));
+    f.driver = Some("vfio-pci".into());
+    f
 }
 
 /// `boards` HGX boards: 8 GPUs at buses 0x18 + 0x10*i (of board b: +0x80*b... kept

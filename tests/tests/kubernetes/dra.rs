@@ -19,12 +19,12 @@ use p2p_allocation::dra::{
 };
 use p2p_host::nvlink::{self, NvLinkOptions};
 use p2p_host::sysfs::{self, SysfsRoot};
+use p2p_test_support::topologies::{self as built, BRIDGE, GPU, NIC};
 use p2p_tests::dra_model::{allocations, verify_cliques, Claim};
 use p2p_tests::kubernetes_validate::assert_valid;
 use p2p_tests::{fixture_dir, repo_root, run};
 use p2p_topology::pci::PciePortType;
-use p2p_topology::topology::{AcsState, HostBridge, LinkInfo, PciFunction};
-use p2p_topology::{Bdf, GpuSelector, IommuGroup, Topology};
+use p2p_topology::{Bdf, GpuSelector, Topology};
 use serde_json::{json, Value};
 
 /// A captured tree with IOMMU groups, its GPU selector (`--gpu-class`), and
@@ -312,65 +312,76 @@ fn printed_slices_validate_against_kubernetes_1_34_and_1_37() {
 /// NIC, so the NIC side is tested here.
 fn switches(n: u8) -> Topology {
     use PciePortType::*;
-    let mut t = Topology::default();
-    t.host_bridges.push(HostBridge {
-        name: "pci0000:00".into(),
-        domain: 0,
-        bus: 0,
-        numa_node: Some(0),
-    });
-    let mut group = 0;
-    let mut f = |t: &mut Topology, bdf: Bdf, parent: Option<Bdf>, class: u32, port| {
-        group += 1;
-        t.functions.push(PciFunction {
-            bdf,
-            vendor: if class == 0x020000 { 0x15b3 } else { 0x10de },
-            device: if class == 0x020000 { 0x1021 } else { 0x2335 },
-            subsystem_vendor: None,
-            subsystem_device: None,
-            class,
-            is_bridge: class == 0x060400,
-            host_bridge: "pci0000:00".into(),
-            parent,
-            pcie_port_type: Some(port),
-            acs: AcsState::Absent,
-            iommu_group: Some(IommuGroup(group)),
-            numa_node: Some(0),
-            cpu_affinity: None,
-            driver: Some(
-                if class == 0x060400 {
-                    "pcieport"
-                } else {
-                    "vfio-pci"
-                }
-                .into(),
-            ),
-            link: LinkInfo::default(),
-            config_len: 256,
-            interfaces: Vec::new(),
-            rdma_devices: if class == 0x020000 {
-                vec![format!("mlx5_{group}")]
-            } else {
-                Vec::new()
-            },
-        });
-    };
+    let mut t = built::Tree::new();
+    let hb = t.host_bridge(0, Some(0));
+    let numa = Some(0);
     for s in 0..n {
         let base = 1 + s * 0x10;
         let rp = Bdf::new(0, 0, 1 + s, 0).unwrap();
         let up = Bdf::new(0, base, 0, 0).unwrap();
-        f(&mut t, rp, None, 0x060400, RootPort);
-        f(&mut t, up, Some(rp), 0x060400, SwitchUpstream);
+        t.add(
+            rp,
+            &hb,
+            None,
+            BRIDGE,
+            Some(RootPort),
+            numa,
+            None,
+            "pcieport",
+        );
+        t.add(
+            up,
+            &hb,
+            Some(rp),
+            BRIDGE,
+            Some(SwitchUpstream),
+            numa,
+            None,
+            "pcieport",
+        );
         for port in 0..4u8 {
             let down = Bdf::new(0, base + 1, port, 0).unwrap();
             let ep = Bdf::new(0, base + 2 + port, 0, 0).unwrap();
-            f(&mut t, down, Some(up), 0x060400, SwitchDownstream);
-            let class = if port < 2 { 0x030200 } else { 0x020000 };
-            f(&mut t, ep, Some(down), class, Endpoint);
+            t.add(
+                down,
+                &hb,
+                Some(up),
+                BRIDGE,
+                Some(SwitchDownstream),
+                numa,
+                None,
+                "pcieport",
+            );
+            if port < 2 {
+                t.add(
+                    ep,
+                    &hb,
+                    Some(down),
+                    GPU,
+                    Some(Endpoint),
+                    numa,
+                    None,
+                    "vfio-pci",
+                );
+            } else {
+                // A ConnectX-7, its RDMA device named after its IOMMU group.
+                let group = t.next_group();
+                let nic = t.add(
+                    ep,
+                    &hb,
+                    Some(down),
+                    NIC,
+                    Some(Endpoint),
+                    numa,
+                    Some(group),
+                    "vfio-pci",
+                );
+                nic.device = 0x1021;
+                nic.rdma_devices = vec![format!("mlx5_{group}")];
+            }
         }
     }
-    t.sort();
-    t
+    t.done()
 }
 
 fn read_yaml_docs(path: &Path) -> Vec<serde_yaml::Value> {

@@ -29,10 +29,10 @@ use std::path::PathBuf;
 use p2p_topology::Bdf;
 
 pub use dma::{DmaWindows, Iommu, PAGE};
-pub use sys::HostVirtAddr;
 pub use gpu::VfioGpu;
 pub use group::{driver_of, GroupMembers};
 pub use regions::{find_cap, MsixTrap, VfioRegion};
+pub use sys::HostVirtAddr;
 /// The IOVA a client's DMA window is mapped at (vm-memory's guest address:
 /// the windows are guest memory keyed by IOVA).
 pub use vm_memory::GuestAddress;
