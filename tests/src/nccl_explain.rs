@@ -115,6 +115,44 @@ pub fn explain_json(tree: &Path, args: &[&str], envs: &[(&str, &str)]) -> serde_
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
+/// `p2p-guest nccl-topo explain --no-driver --json --file FILE` in the VM
+/// whose sysfs is `sysfs`, with the CPU identity of `cpuinfo` and no NCCL
+/// variable, whatever it exits with: its exit status and report.
+pub fn explain_file(sysfs: &Path, cpuinfo: &Path, file: &Path) -> (Option<i32>, serde_json::Value) {
+    let out = Command::new(binary("p2p-guest"))
+        .args([
+            "nccl-topo",
+            "explain",
+            "--no-driver",
+            "--json",
+            "--sysfs-root",
+        ])
+        .arg(sysfs)
+        .arg("--cpuinfo")
+        .arg(cpuinfo)
+        .arg("--file")
+        .arg(file)
+        .env_remove("NCCL_TOPO_FILE")
+        .env("HOME", "/nonexistent")
+        .output()
+        .expect("p2p-guest runs");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), report)
+}
+
+/// NCCL's first WARN in a log, as explain quotes it (`NCCL WARN ...`).
+pub fn nccl_warn(log: &str) -> Option<String> {
+    log.lines()
+        .find_map(|l| l.split(" NCCL WARN ").nth(1))
+        .map(|w| format!("NCCL WARN {w}"))
+}
+
 /// The first pair's transport in an explain report.
 pub fn transport(report: &serde_json::Value) -> String {
     report["pairs"][0]["transport"]

@@ -3,6 +3,7 @@
 //! Each module was a test binary of its own; they share one link here.
 
 mod doctor;
+mod loader_runs;
 mod nccl_explain;
 mod nccl_rules;
 mod nccl_topo_guest;
