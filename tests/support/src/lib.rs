@@ -1,5 +1,5 @@
 //! p2p-test-support: what vp2p's tests, benches and fuzzers share, so that
-//! no crate includes another's files by path.
+//! none of them includes another crate's files by path.
 //!
 //! - [`fixtures`]: the repository's committed trees and where builds go;
 //! - [`topologies`]: topologies built in memory, one builder for every test
