@@ -9,7 +9,7 @@
 #   (for the QEMU 11.1 chroot), cpio, fonts-dejavu-core (DejaVu Sans, the font the pictures
 #   name and tests/tests/project/pictures/ renders them with), strace (tests/tests/project/crate_edges.rs
 #   watches which commands start an async runtime), procps (scripts/test.sh looks
-#   for processes the suite left with ps);
+#   for processes the suite left with ps), umoci (scripts/image.sh builds the OCI images);
 # - scripts/qemu/setup.sh: QEMU 11.1 from trixie-backports, a Debian cloud kernel,
 #   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
 # - kubernetes-validate 1.37.0 (PyPI; it bundles Kubernetes' OpenAPI schemas 1.25 to 1.37)
@@ -29,7 +29,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 need=()
-for p in qemu-system-x86 libvirt-clients libxml2-utils pciutils debootstrap cpio unzip fonts-dejavu-core strace procps; do
+for p in qemu-system-x86 libvirt-clients libxml2-utils pciutils debootstrap cpio unzip fonts-dejavu-core strace procps umoci; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -26,7 +26,7 @@ pub const TREE: &str = "qemu-11.1-two-socket-iommu-on";
 
 /// The `hooks.kubevirt.io/hookSidecars` annotation asking for vp2p's sidecar.
 pub const HOOK_SIDECARS: &str =
-    "[{\"args\":[\"--version\",\"v1alpha3\"],\"image\":\"registry.example/vp2p-sidecar:0.1\"}]";
+    "[{\"args\":[\"--version\",\"v1alpha3\"],\"image\":\"localhost/vp2p/kubevirt-hook:0.1.0\"}]";
 
 /// The domain KubeVirt 1.9.0's plugin pipeline sends
 /// (tests/fixtures/domains/kubevirt-1.9-plugin-hook.xml).

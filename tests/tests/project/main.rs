@@ -6,6 +6,7 @@
 mod crate_edges;
 mod docs_examples;
 mod docs_pages;
+mod images;
 mod pictures;
 mod readme;
 mod schemas;

@@ -116,6 +116,12 @@ pub struct DriverArgs {
     /// read at prepare takes less when the kubelet's deadline is nearer).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     api_timeout_ms: u64,
+    /// Serve the gRPC health service (grpc.health.v1) the kubelet's probes
+    /// ask on this TCP port: `liveness` while both plugin sockets answer,
+    /// `readiness` once the kubelet registered the plugin and the slices are
+    /// published.
+    #[arg(long, value_name = "PORT")]
+    healthcheck_port: Option<u16>,
     /// Delete this node's ResourceSlices of the driver from the API server
     /// and exit (uninstall: a stopped driver leaves them published).
     #[arg(long, conflicts_with = "claims_dir")]
@@ -192,6 +198,7 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
     s.metadata_dir = args.metadata_dir;
     s.bind_timeout = std::time::Duration::from_millis(args.bind_timeout_ms);
     s.plugin.api_timeout = std::time::Duration::from_millis(args.api_timeout_ms.max(1));
+    s.plugin.healthcheck_port = args.healthcheck_port;
     if let Some(p) = args.registration_socket {
         s.plugin.registration_socket = p;
     }

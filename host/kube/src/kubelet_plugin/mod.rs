@@ -28,6 +28,7 @@ pub mod checkpoint;
 pub mod claims;
 pub mod deadline;
 pub mod driver;
+pub mod health;
 pub mod leases;
 pub mod objects;
 pub mod publisher;
@@ -62,6 +63,9 @@ pub struct PluginSettings {
     pub registration_socket: PathBuf,
     /// The DRA socket.
     pub dra_socket: PathBuf,
+    /// The TCP port of the gRPC health service the kubelet's probes ask
+    /// ([`health`]); None: no health service.
+    pub healthcheck_port: Option<u16>,
     /// Where messages go (the library prints nothing itself).
     pub log: fn(&str),
 }
@@ -82,6 +86,7 @@ impl PluginSettings {
                 .join("plugins_registry")
                 .join(format!("{driver_name}-reg.sock")),
             dra_socket: dir.join("dra.sock"),
+            healthcheck_port: None,
             log: |m| eprintln!("{m}"),
         }
     }
@@ -131,11 +136,13 @@ fn listen(path: &Path) -> Result<UnixListener, PluginError> {
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Serves `driver` on the DRA socket, then the registration socket (so the
-/// kubelet, told of the plugin, finds its API up), until `shutdown`
-/// resolves; the sockets are removed on the way out.
+/// kubelet, told of the plugin, finds its API up), and the health service
+/// when asked for, until `shutdown` resolves; the sockets are removed on
+/// the way out. `health` learns of the kubelet's registration here.
 pub async fn serve<D: DraDriver>(
     settings: PluginSettings,
     driver: Arc<D>,
+    health: Arc<health::Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), PluginError> {
     use crate::grpc::kubelet_pluginregistration_v1 as reg;
@@ -143,6 +150,10 @@ pub async fn serve<D: DraDriver>(
     use crate::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1};
     let dra = listen(&settings.dra_socket)?;
     let registration = listen(&settings.registration_socket)?;
+    let health_port = match settings.healthcheck_port {
+        Some(port) => Some(health::bind(port).await?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -162,6 +173,7 @@ pub async fn serve<D: DraDriver>(
         .add_service(reg::registration_server::RegistrationServer::new(
             server::Registration {
                 info,
+                health: health.clone(),
                 log: settings.log,
             },
         ))
@@ -174,8 +186,10 @@ pub async fn serve<D: DraDriver>(
                 settings.registration_socket.clone(),
                 settings.log,
             ),
-            stopped(stop_rx),
+            stopped(stop_rx.clone()),
         );
+    let health_task = health_port
+        .map(|listener| tokio::spawn(health::serve(listener, settings.clone(), health, stop_rx)));
     (settings.log)(&format!(
         "{} on node {}: DRA socket {}, registration socket {}",
         settings.driver_name,
@@ -216,6 +230,11 @@ pub async fn serve<D: DraDriver>(
             }
         }
     };
+    if let Some(task) = health_task {
+        if let Ok(Err(e)) = task.await {
+            (settings.log)(&format!("health service: {e}"));
+        }
+    }
     for p in [&settings.registration_socket, &settings.dra_socket] {
         let _ = std::fs::remove_file(p);
     }
@@ -242,6 +261,7 @@ pub async fn serve_cluster<D: DraDriver>(
         runtime: tokio::runtime::Handle::current(),
     };
     let driver = Arc::new(driver(Box::new(claims)).map_err(PluginError::Setup)?);
+    let health = Arc::new(health::Health::new(true));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let api_changed = Arc::new(Notify::new());
     let notify = api_changed.clone();
@@ -261,13 +281,16 @@ pub async fn serve_cluster<D: DraDriver>(
     let publisher = tokio::spawn(publisher::publish_loop(
         api.clone(),
         driver.clone(),
+        health.clone(),
         settings.clone(),
         resync,
-        devices_changed,
-        api_changed,
+        publisher::Wakers {
+            devices_changed,
+            api_changed,
+        },
         stop_rx,
     ));
-    let served = serve(settings.clone(), driver, async move {
+    let served = serve(settings.clone(), driver, health, async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     })
@@ -340,7 +363,8 @@ pub fn run<D: DraDriver>(
         match source {
             Source::Dir(dir) => {
                 let driver = driver(Box::new(ClaimDir(dir))).map_err(PluginError::Setup)?;
-                serve(settings, Arc::new(driver), shutdown).await
+                let health = Arc::new(health::Health::new(false));
+                serve(settings, Arc::new(driver), health, shutdown).await
             }
             Source::Cluster { kubeconfig, resync } => {
                 let api =

@@ -40,12 +40,16 @@ fn same_slices(a: &[ResourceSlice], b: &[ResourceSlice]) -> bool {
 pub async fn publish_loop<D: DraDriver>(
     api: api_server::ApiServer,
     driver: Arc<D>,
+    health: Arc<super::health::Health>,
     settings: PluginSettings,
     resync: Duration,
-    devices_changed: Arc<tokio::sync::Notify>,
-    api_changed: Arc<tokio::sync::Notify>,
+    wakers: Wakers,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let Wakers {
+        devices_changed,
+        api_changed,
+    } = wakers;
     let (node, driver_name, log) = (
         settings.node_name.clone(),
         settings.driver_name.clone(),
@@ -124,6 +128,7 @@ pub async fn publish_loop<D: DraDriver>(
                 {
                     Ok(()) => {
                         generation = next;
+                        health.set_published();
                         let devices: usize = slices.iter().map(|s| s.spec.devices.len()).sum();
                         log(&format!(
                             "published {devices} device(s) in {} slice(s), pool generation {generation}",
@@ -146,6 +151,15 @@ pub async fn publish_loop<D: DraDriver>(
         }
         api_only = woken == Woken::Api;
     }
+}
+
+/// What wakes the publisher besides its timer.
+#[derive(Debug, Clone)]
+pub struct Wakers {
+    /// The driver's devices changed (vp2p: a kernel uevent of a PCI function).
+    pub devices_changed: Arc<tokio::sync::Notify>,
+    /// An event of the slices' watch: the API server's copy may differ.
+    pub api_changed: Arc<tokio::sync::Notify>,
 }
 
 /// What woke the publisher.

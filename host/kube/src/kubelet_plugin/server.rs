@@ -30,6 +30,8 @@ pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
 pub struct Registration {
     /// What GetInfo answers.
     pub info: reg::PluginInfo,
+    /// Told whether the kubelet registered the plugin.
+    pub health: Arc<super::health::Health>,
     /// Where the kubelet's verdict is told.
     pub log: fn(&str),
 }
@@ -48,6 +50,7 @@ impl reg::registration_server::Registration for Registration {
         req: Request<reg::RegistrationStatus>,
     ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
         let s = req.into_inner();
+        self.health.set_registered(s.plugin_registered);
         if s.plugin_registered {
             (self.log)(&format!("the kubelet registered {}", self.info.name));
         } else {

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Builds vp2p's OCI images without a registry or a container engine: from
+# scratch, with umoci (Debian's package), holding p2p-host and the shared
+# libraries it links (the host's, as ldd names them), and nothing else.
+#
+#   bash scripts/image.sh [--binary PATH] [--out DIR]
+#
+# Writes, in DIR (default target/images), each an OCI image layout in a tar
+# (an OCI archive) that `ctr -n k8s.io images import` and `podman load` take,
+# tagged with the package version:
+#   p2p-host-VERSION.oci.tar       localhost/vp2p/p2p-host:VERSION
+#       entry point p2p-host, user 0: the DRA driver, the device plugin and
+#       the KubeVirt plugin hook (host/kubernetes/dra/driver.yaml,
+#       host/kubevirt/device-plugin.yaml, plugin-hook.yaml)
+#   kubevirt-hook-VERSION.oci.tar  localhost/vp2p/kubevirt-hook:VERSION
+#       entry point KubeVirt's sidecar-shim (built from kubevirt.io/kubevirt
+#       v1.9.0 by scripts/build-kubevirt-hook-client.sh), p2p-host and
+#       host/kubevirt/onDefineDomain on its PATH with busybox's sh for it,
+#       user 107 (virt-launcher's qemu user): the onDefineDomain hook sidecar
+# and prints their paths. --binary packs another build of p2p-host (the tests
+# pack their debug build); by default the release build is made first.
+# host/kubevirt/Containerfile builds the hook sidecar on a registry base instead.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+. "$here/qemu/lib.sh"
+
+binary="" out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --binary) [ $# -ge 2 ] || usage_from_header; binary="$2"; shift 2 ;;
+        --out) [ $# -ge 2 ] || usage_from_header; out="$2"; shift 2 ;;
+        -h|--help) usage_from_header ;;
+        *) die "unknown argument: $1" ;;
+    esac
+done
+command -v umoci >/dev/null || die "umoci not found: apt-get install umoci (scripts/setup.sh installs it)"
+target="${CARGO_TARGET_DIR:-$repo/target}"
+out="${out:-$target/images}"
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n1)"
+[ -n "$version" ] || die "no version in $repo/Cargo.toml"
+if [ -z "$binary" ]; then
+    log "cargo build --release -p p2p-host-cli"
+    (cd "$repo" && cargo build --release --locked --quiet -p p2p-host-cli)
+    binary="$target/release/p2p-host"
+fi
+[ -x "$binary" ] || die "$binary is not an executable"
+shim="$target/kubevirt-hook-client/sidecar-shim"
+[ -x "$shim" ] || die "$shim missing: bash scripts/build-kubevirt-hook-client.sh builds it"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/vp2p-image.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$out"
+
+# A root holding p2p-host (stripped of debug information), every library ldd
+# names at the host's path, /tmp, and the users the images run as.
+base_root() {
+    local root=$1 lib
+    mkdir -p "$root/usr/bin" "$root/etc" "$root/tmp"
+    chmod 1777 "$root/tmp"
+    cp -L "$binary" "$root/usr/bin/p2p-host"
+    strip --strip-debug "$root/usr/bin/p2p-host"
+    for lib in $(ldd "$root/usr/bin/p2p-host" | awk '/=> \// { print $3 } /^\t\// { print $1 }'); do
+        mkdir -p "$root$(dirname "$lib")"
+        cp -L "$lib" "$root$lib"
+    done
+    printf 'root:x:0:0:root:/root:/usr/sbin/nologin\nqemu:x:107:107:qemu:/:/usr/sbin/nologin\n' >"$root/etc/passwd"
+    printf 'root:x:0:\nqemu:x:107:\n' >"$root/etc/group"
+}
+
+# image NAME ROOT USER ENTRYPOINT...: the OCI archive of ROOT, tagged VERSION.
+image() {
+    local name=$1 root=$2 user=$3 layout="$work/$1" tar
+    shift 3
+    local ref="localhost/vp2p/$name:$version"
+    umoci init --layout "$layout"
+    umoci new --image "$layout:$version"
+    umoci unpack --image "$layout:$version" "$work/$name.bundle" >/dev/null
+    cp -a "$root"/. "$work/$name.bundle/rootfs/"
+    umoci repack --image "$layout:$version" "$work/$name.bundle"
+    local args=(--image "$layout:$version" --config.user "$user" --config.workingdir /
+        --config.env PATH=/usr/bin:/bin --clear=config.entrypoint --clear=config.cmd
+        --config.label "org.opencontainers.image.title=$name"
+        --config.label "org.opencontainers.image.version=$version"
+        --config.label "org.opencontainers.image.source=https://example.invalid/vp2p"
+        --author "vp2p developers" --architecture amd64 --os linux)
+    for e in "$@"; do args+=(--config.entrypoint "$e"); done
+    umoci config "${args[@]}"
+    umoci gc --layout "$layout"
+    # containerd names an imported image from this annotation; podman and
+    # others read the OCI ref name (the tag).
+    python3 - "$layout/index.json" "$ref" <<'PY'
+import json, sys
+path, ref = sys.argv[1], sys.argv[2]
+index = json.load(open(path))
+for m in index["manifests"]:
+    m.setdefault("annotations", {})["io.containerd.image.name"] = ref
+json.dump(index, open(path, "w"))
+PY
+    tar="$out/$name-$version.oci.tar"
+    tar -C "$layout" -cf "$tar.new" .
+    mv "$tar.new" "$tar"
+    echo "$tar"
+}
+
+base_root "$work/root"
+image p2p-host "$work/root" 0 /usr/bin/p2p-host
+
+# The hook is a shell wrapper: busybox's sh (static, from the QEMU tests' cache).
+load_paths
+cp -a "$work/root" "$work/hook-root"
+mkdir -p "$work/hook-root/bin"
+cp -L "$VP2P_BUSYBOX" "$work/hook-root/bin/busybox"
+ln -s busybox "$work/hook-root/bin/sh"
+cp -L "$shim" "$work/hook-root/sidecar-shim"
+install -m 755 "$repo/host/kubevirt/onDefineDomain" "$work/hook-root/usr/bin/onDefineDomain"
+image kubevirt-hook "$work/hook-root" 107 /sidecar-shim
