@@ -27,7 +27,7 @@ require_go() {
 # go_requires MODULE_DIR MODULE: the version MODULE_DIR/go.mod requires of
 # MODULE (e.g. go_requires tests/kube k8s.io/kubernetes -> v1.37.2).
 go_requires() {
-    sed -n "s|^[[:space:]]*$2 \(v[0-9.]*\)$|\1|p" "$VP2P_ROOT/$1/go.mod"
+    sed -n "s|^[[:space:]]*$2 \(v[0-9.]*\)\( // indirect\)\{0,1\}$|\1|p" "$VP2P_ROOT/$1/go.mod"
 }
 
 # go_out_dir NAME: the directory a Go test peer is built into,

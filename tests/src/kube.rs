@@ -26,7 +26,7 @@ pub fn kube_peers() -> PathBuf {
         .get_or_init(|| {
             GoPeer {
                 dir: "kube-peers",
-                bins: &["kube-peers"],
+                bins: &["kube-peers", "helm"],
                 module: "tests/kube",
                 script: "scripts/build-kube-peers.sh",
                 env: "VP2P_KUBE_PEERS",
@@ -34,6 +34,15 @@ pub fn kube_peers() -> PathBuf {
             .binary()
         })
         .clone()
+}
+
+/// Helm's own CLI (helm.sh/helm/v3 at tests/kube/go.mod's version), built
+/// with kube-peers by scripts/build-kube-peers.sh.
+pub fn helm() -> PathBuf {
+    kube_peers()
+        .parent()
+        .expect("kube-peers' directory")
+        .join("helm")
 }
 
 /// A control plane of `kube-peers control-plane DIR`, stopped when dropped

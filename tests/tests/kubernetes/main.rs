@@ -15,6 +15,7 @@ mod dra_health;
 mod dra_property;
 mod grpc_uds_authority;
 mod grpc_wire;
+mod helm_chart;
 mod kube_boundary;
 mod kube_device_plugin;
 mod kube_dra;
