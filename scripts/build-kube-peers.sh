@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds kube-peers, the Kubernetes peers of vp2p's tests (tests/kube: etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and the
-# kubelet's plugin clients from k8s.io/kubernetes v1.37), and helm's own CLI
-# (helm.sh/helm/v3, the version tests/kube/go.mod requires), into
-# target/kube-peers/ ($CARGO_TARGET_DIR/kube-peers/ when set).
+# kubelet's plugin clients from k8s.io/kubernetes v1.37), helm's own CLI
+# (helm.sh/helm/v3, the version tests/kube/go.mod requires), and what a booted
+# node runs: Kubernetes' own kubelet and kube-proxy (their cmd/ packages, as
+# Kubernetes builds them) and the pod sandboxes' pause (tests/kube/pause,
+# static), into target/kube-peers/ ($CARGO_TARGET_DIR/kube-peers/ when set).
 #
 #   bash scripts/build-kube-peers.sh
 #
@@ -31,5 +33,9 @@ done
 go build -mod=readonly -ldflags "$ldflags" -o "$out/kube-peers.new" .
 helm="$(go_requires tests/kube helm.sh/helm/v3)"
 go build -mod=readonly -ldflags "-X helm.sh/helm/v3/internal/version.version=$helm" -o "$out/helm.new" helm.sh/helm/v3/cmd/helm
-mv "$out/kube-peers.new" "$out/kube-peers"
-mv "$out/helm.new" "$out/helm"
+# The node's binaries travel into its disk: no symbol tables.
+for cmd in kubelet kube-proxy; do
+    go build -mod=readonly -ldflags "-s -w $ldflags" -o "$out/$cmd.new" "k8s.io/kubernetes/cmd/$cmd"
+done
+CGO_ENABLED=0 go build -mod=readonly -ldflags "-s -w" -o "$out/pause.new" ./pause
+for bin in kube-peers helm kubelet kube-proxy pause; do mv "$out/$bin.new" "$out/$bin"; done

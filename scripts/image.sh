@@ -3,7 +3,7 @@
 # scratch, with umoci (Debian's package), holding p2p-host and the shared
 # libraries it links (the host's, as ldd names them), and nothing else.
 #
-#   bash scripts/image.sh [--binary PATH] [--out DIR]
+#   bash scripts/image.sh [--binary PATH] [--out DIR] [--pause PATH]
 #
 # Writes, in DIR (default target/images), each an OCI image layout in a tar
 # (an OCI archive) that `ctr -n k8s.io images import` and `podman load` take,
@@ -17,7 +17,11 @@
 #       v1.9.0 by scripts/build-kubevirt-hook-client.sh), p2p-host and
 #       host/kubevirt/onDefineDomain on its PATH with busybox's sh for it,
 #       user 107 (virt-launcher's qemu user): the onDefineDomain hook sidecar
-# and prints their paths. --binary packs another build of p2p-host (the tests
+# and prints their paths. With --pause PATH it writes only
+#   pause-VERSION.oci.tar          localhost/vp2p/pause:VERSION, PATH
+#       (tests/kube/pause, built by scripts/build-kube-peers.sh) as the pod
+#       sandboxes' first process on the sandbox node (scripts/qemu/node.sh),
+#       which pulls nothing from a registry --binary packs another build of p2p-host (the tests
 # pack their debug build); by default the release build is made first.
 # host/kubevirt/Containerfile builds the hook sidecar on a registry base instead.
 set -euo pipefail
@@ -25,11 +29,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 . "$here/qemu/lib.sh"
 
-binary="" out=""
+binary="" out="" pause=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --binary) [ $# -ge 2 ] || usage_from_header; binary="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || usage_from_header; out="$2"; shift 2 ;;
+        --pause) [ $# -ge 2 ] || usage_from_header; pause="$2"; shift 2 ;;
         -h|--help) usage_from_header ;;
         *) die "unknown argument: $1" ;;
     esac
@@ -39,14 +44,14 @@ target="${CARGO_TARGET_DIR:-$repo/target}"
 out="${out:-$target/images}"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n1)"
 [ -n "$version" ] || die "no version in $repo/Cargo.toml"
-if [ -z "$binary" ]; then
+if [ -z "$binary" ] && [ -z "$pause" ]; then
     log "cargo build --release -p p2p-host-cli"
     (cd "$repo" && cargo build --release --locked --quiet -p p2p-host-cli)
     binary="$target/release/p2p-host"
 fi
-[ -x "$binary" ] || die "$binary is not an executable"
+[ -n "$pause" ] || [ -x "$binary" ] || die "$binary is not an executable"
 shim="$target/kubevirt-hook-client/sidecar-shim"
-[ -x "$shim" ] || die "$shim missing: bash scripts/build-kubevirt-hook-client.sh builds it"
+[ -n "$pause" ] || [ -x "$shim" ] || die "$shim missing: bash scripts/build-kubevirt-hook-client.sh builds it"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/vp2p-image.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -103,6 +108,14 @@ PY
     echo "$tar"
 }
 
+if [ -n "$pause" ]; then
+    [ -x "$pause" ] || die "$pause is not an executable"
+    mkdir -p "$work/pause-root"
+    cp -L "$pause" "$work/pause-root/pause"
+    image pause "$work/pause-root" 65535 /pause
+    exit 0
+fi
+
 base_root "$work/root"
 image p2p-host "$work/root" 0 /usr/bin/p2p-host
 
@@ -115,3 +128,4 @@ ln -s busybox "$work/hook-root/bin/sh"
 cp -L "$shim" "$work/hook-root/sidecar-shim"
 install -m 755 "$repo/host/kubevirt/onDefineDomain" "$work/hook-root/usr/bin/onDefineDomain"
 image kubevirt-hook "$work/hook-root" 107 /sidecar-shim
+

@@ -10,7 +10,10 @@
 //	kube-peers stop-component DIR NAME [--kill]
 //	                                        stop one component (etcd kept) ...
 //	kube-peers start-component DIR NAME     ... and start it again
-//	kube-peers node-kubeconfig DIR NODE OUT a kubeconfig as system:node:NODE
+//	kube-peers node-kubeconfig DIR NODE OUT [--server URL]
+//	                                        a kubeconfig as system:node:NODE
+//	kube-peers proxy-kubeconfig DIR OUT [--server URL]
+//	                                        a kubeconfig as system:kube-proxy
 //	kube-peers kubectl ARGS...              kubectl (also as argv[0] "kubectl")
 //	kube-peers kubelet-dra ...              the kubelet's DRA side for one node
 //	kube-peers device-manager ...           the kubelet's device-plugin side
@@ -37,7 +40,8 @@ import (
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: kube-peers up DIR | down DIR | control-plane DIR [--watch-pid PID]
        kube-peers stop-component DIR NAME [--kill] | start-component DIR NAME
-       kube-peers node-kubeconfig DIR NODE OUT
+       kube-peers node-kubeconfig DIR NODE OUT [--server URL]
+       kube-peers proxy-kubeconfig DIR OUT [--server URL]
        kube-peers kubectl ARGS...
        kube-peers kubelet-dra --help | device-manager --help`)
 	os.Exit(2)
@@ -103,9 +107,20 @@ func main() {
 		}
 	case "node-kubeconfig":
 		dirArg(3)
+		server := serverArg(args[0], args[3:])
 		cert, key, err := controlplane.NodeIdentity(args[0], args[1])
 		if err == nil {
-			err = controlplane.WriteKubeconfig(args[0], args[2], "system:node:"+args[1], cert, key, "")
+			err = controlplane.WriteKubeconfigFor(args[0], server, args[2], "system:node:"+args[1], cert, key, "")
+		}
+		if err != nil {
+			fail(err)
+		}
+	case "proxy-kubeconfig":
+		dirArg(2)
+		server := serverArg(args[0], args[2:])
+		cert, key, err := controlplane.ClientIdentity(args[0], "kube-proxy", "system:kube-proxy")
+		if err == nil {
+			err = controlplane.WriteKubeconfigFor(args[0], server, args[1], "system:kube-proxy", cert, key, "")
 		}
 		if err != nil {
 			fail(err)
@@ -171,6 +186,22 @@ func component(name, dir string) {
 		},
 	}[name]
 	os.Exit(cmd())
+}
+
+// serverArg is the API server's address a kubeconfig names: `--server URL`
+// when given (how a booted node reaches it), else DIR's loopback address.
+func serverArg(dir string, rest []string) string {
+	switch {
+	case len(rest) == 2 && rest[0] == "--server":
+		return rest[1]
+	case len(rest) != 0:
+		usage()
+	}
+	st, err := controlplane.ReadState(dir)
+	if err != nil {
+		fail(err)
+	}
+	return st.Address()
 }
 
 func mustAbs(p string) string {

@@ -26,6 +26,17 @@ var controllers = []string{
 	"namespace-controller",
 }
 
+// The controllers a booted node's pods need besides: DaemonSet pods, the
+// CA bundle in each namespace for in-cluster clients, and the clean-up of
+// pods whose node went away, and the taints that follow a node's
+// conditions (a new node is tainted not-ready until this controller sees it Ready).
+var nodeControllers = []string{
+	"daemonset-controller",
+	"root-ca-certificate-publisher-controller",
+	"pod-garbage-collector-controller",
+	"node-lifecycle-controller",
+}
+
 // RunEtcd runs embedded etcd (go.etcd.io/etcd/server/v3/embed) with its
 // data in DIR/etcd until SIGTERM or SIGINT. Its data outlives the API
 // server, so a restarted API server finds every object again.
@@ -74,10 +85,19 @@ func APIServerArgs(dir string) ([]string, error) {
 	}
 	pki := filepath.Join(dir, "pki")
 	p := func(f string) string { return filepath.Join(pki, f) }
+	// Without booted nodes no pod reaches the API server through the
+	// `kubernetes` Service, so it gets no endpoints. With them (DIR/node-network),
+	// it advertises the address the nodes reach it at, as a cluster's does.
+	advertise, reconciler := "127.0.0.1", "none"
+	if addr, ok, err := NodeNetwork(dir); err != nil {
+		return nil, err
+	} else if ok {
+		advertise, reconciler = addr, "lease"
+	}
 	return []string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", st.EtcdClientPort),
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--advertise-address=" + advertise,
 		fmt.Sprintf("--secure-port=%d", st.APIServerPort),
 		"--tls-cert-file=" + p("apiserver.crt"),
 		"--tls-private-key-file=" + p("apiserver.key"),
@@ -97,7 +117,7 @@ func APIServerArgs(dir string) ([]string, error) {
 		// As kubeadm sets it: the DRA driver's DaemonSet is privileged.
 		"--allow-privileged=true",
 		"--service-cluster-ip-range=10.96.0.0/16",
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + reconciler,
 		"--profiling=false",
 		"--v=1",
 	}, nil
@@ -105,9 +125,18 @@ func APIServerArgs(dir string) ([]string, error) {
 
 // ControllerManagerArgs are kube-controller-manager's flags for DIR.
 func ControllerManagerArgs(dir string) ([]string, error) {
+	run := controllers
+	if _, ok, err := NodeNetwork(dir); err != nil {
+		return nil, err
+	} else if ok {
+		run = append(append([]string{}, controllers...), nodeControllers...)
+	}
 	return clientArgs(dir, "controller-manager", "system:kube-controller-manager",
 		func(st *State) int { return st.ControllerManagerPort },
-		"--controllers="+strings.Join(controllers, ","),
+		"--controllers="+strings.Join(run, ","),
+		// What the root-CA publisher puts in each namespace's
+		// kube-root-ca.crt, the CA a pod's projected token volume carries.
+		"--root-ca-file="+filepath.Join(dir, "pki", "ca.crt"),
 		// Each controller as its own service account with its bootstrap
 		// role, as kubeadm runs it.
 		"--use-service-account-credentials=true",

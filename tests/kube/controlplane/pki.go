@@ -80,8 +80,14 @@ func ensurePKI(pki string) error {
 // authenticates with: CN system:node:NAME in group system:nodes, what the
 // Node authorizer and NodeRestriction admission key on.
 func NodeIdentity(dir, node string) (cert, key string, err error) {
+	return ClientIdentity(dir, "node-"+node, "system:node:"+node, "system:nodes")
+}
+
+// ClientIdentity issues (once) DIR/pki/FILE.{crt,key}, a client certificate
+// of user cn in groups, e.g. system:kube-proxy, which the bootstrap role
+// binding system:node-proxier names.
+func ClientIdentity(dir, file, cn string, groups ...string) (cert, key string, err error) {
 	pki := filepath.Join(dir, "pki")
-	file := "node-" + node
 	cert = filepath.Join(pki, file+".crt")
 	key = filepath.Join(pki, file+".key")
 	if _, err := os.Stat(cert); err == nil {
@@ -91,7 +97,7 @@ func NodeIdentity(dir, node string) (cert, key string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	id := identity{file: file, cn: "system:node:" + node, groups: []string{"system:nodes"}}
+	id := identity{file: file, cn: cn, groups: groups}
 	return cert, key, issue(pki, caCert, caKey, id)
 }
 
@@ -142,7 +148,10 @@ func issue(pki string, caCert *x509.Certificate, caKey crypto.Signer, id identit
 	}
 	if id.server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP("10.96.0.1")}
+		// Loopback, the `kubernetes` Service's address, and the host's
+		// loopback as QEMU's user network shows it to a booted node.
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP("10.96.0.1"),
+			net.ParseIP("10.0.2.2")}
 		tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"}
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -62,6 +63,26 @@ func (s *State) write(dir string) error {
 	return os.Rename(tmp, statePath(dir))
 }
 
+// NodeNetworkFile is where a run that boots nodes puts the address those
+// nodes reach the API server at (QEMU's user network gives guests the host's
+// loopback as 10.0.2.2), before the control plane starts.
+func NodeNetworkFile(dir string) string { return filepath.Join(dir, "node-network") }
+
+// NodeNetwork is the address in DIR/node-network, and whether there is one.
+func NodeNetwork(dir string) (string, bool, error) {
+	b, err := os.ReadFile(NodeNetworkFile(dir))
+	if os.IsNotExist(err) {
+		return "", false, nil
+	} else if err != nil {
+		return "", false, err
+	}
+	addr := strings.TrimSpace(string(b))
+	if net.ParseIP(addr) == nil {
+		return "", false, fmt.Errorf("%s: %q is not an IP address", NodeNetworkFile(dir), addr)
+	}
+	return addr, true, nil
+}
+
 // freePorts asks the kernel for n distinct free loopback ports.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
@@ -90,6 +111,13 @@ func WriteKubeconfig(dir, path, user, cert, key, token string) error {
 	if err != nil {
 		return err
 	}
+	return WriteKubeconfigFor(dir, st.Address(), path, user, cert, key, token)
+}
+
+// WriteKubeconfigFor is WriteKubeconfig for the API server at server (the
+// address a booted node reaches it at).
+func WriteKubeconfigFor(dir, server, path, user, cert, key, token string) error {
+	var err error
 	ca, err := os.ReadFile(filepath.Join(dir, "pki", "ca.crt"))
 	if err != nil {
 		return err
@@ -105,7 +133,7 @@ func WriteKubeconfig(dir, path, user, cert, key, token string) error {
 	}
 	cfg := clientcmdapi.Config{
 		Clusters: map[string]*clientcmdapi.Cluster{
-			"vp2p": {Server: st.Address(), CertificateAuthorityData: ca},
+			"vp2p": {Server: server, CertificateAuthorityData: ca},
 		},
 		AuthInfos: map[string]*clientcmdapi.AuthInfo{user: auth},
 		Contexts: map[string]*clientcmdapi.Context{

@@ -17,6 +17,7 @@ mod select;
 mod serve;
 mod snapshot;
 mod topo;
+mod vfio_check;
 
 use clap::{Parser, Subcommand};
 
@@ -77,6 +78,10 @@ enum Command {
     /// Serve GPUs (captured, or real ones bound to vfio-pci) over vfio-user with the P2P capability in their
     /// config space (QEMU -device vfio-user-pci, Cloud Hypervisor --user-device).
     Serve(serve::ServeArgs),
+    /// What this container (or VM launcher) was given: each VFIO group under
+    /// /dev/vfio opened, each function's config space read through its device
+    /// fd (ids, class, the P2P capability), and the claim's device metadata.
+    VfioCheck(vfio_check::VfioCheckArgs),
     /// Write the man pages and shell completions (for packagers).
     #[command(hide = true)]
     Assets(assets::AssetsArgs),
@@ -110,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inject(a) => inject::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Schema(a) => schema::run(a),
+        Command::VfioCheck(a) => vfio_check::run(a),
         Command::Assets(a) => assets::run(a),
     }
 }
