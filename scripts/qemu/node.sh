@@ -94,9 +94,10 @@ root_image() {
         : >"$stage/etc/machine-id"
         # No systemd-resolved: QEMU's user network's DNS in a plain file.
         rm -f "$stage/etc/resolv.conf"; echo "nameserver 10.0.2.3" >"$stage/etc/resolv.conf"
-        systemctl --root="$stage" enable "${UNITS[@]}" >/dev/null 2>&1 \
-            || die "systemctl --root enable ${UNITS[*]} failed"
-        systemctl --root="$stage" set-default multi-user.target >/dev/null 2>&1
+        # The root's own systemctl, which edits unit links offline in a chroot.
+        chroot "$stage" systemctl enable "${UNITS[@]}" >/dev/null 2>&1 \
+            || die "systemctl enable ${UNITS[*]} in the node's root failed"
+        chroot "$stage" systemctl set-default multi-user.target >/dev/null 2>&1
         mkfs.ext4 -q -F -L vp2p-node -E root_owner=0:0 -d "$stage" "$img.new" 4G >/dev/null \
             || die "mkfs.ext4 -d $stage failed"
         rm -rf "$stage"

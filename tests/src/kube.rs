@@ -93,6 +93,16 @@ impl ControlPlane {
         })
     }
 
+    /// A control plane in `dir` (made anew) that booted nodes join: it
+    /// advertises QEMU's user-network address of the host's loopback and
+    /// runs the controllers a node's pods need (tests/kube's `NodeNetwork`).
+    pub fn start_for_nodes(dir: &Path) -> Self {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).expect("the control plane's directory");
+        std::fs::write(dir.join("node-network"), "10.0.2.2\n").expect("writing node-network");
+        Self::start_at(dir)
+    }
+
     /// A control plane in `dir` (made if missing), for a run that keeps its logs.
     pub fn start_at(dir: &Path) -> Self {
         std::fs::create_dir_all(dir).expect("the control plane's directory");

@@ -31,6 +31,7 @@ pub mod packages;
 pub mod proxmox;
 pub mod qemu;
 pub mod qemu_expect;
+pub mod sandbox_node;
 pub mod schemas;
 pub mod topo_m;
 

@@ -135,6 +135,12 @@ impl Driver {
         let _working = self.working_on(claim, deadline)?;
         if let Some(e) = self.entry(&claim.uid) {
             if e.state == State::Prepared {
+                // The kubelet asks again when it makes a pod's sandbox anew
+                // after a restart of its own (its claim cache starts
+                // unprepared); the node kept what the first prepare did.
+                (self.settings.plugin.log)(&format!(
+                    "{claim}: prepared before, answered from the checkpoint"
+                ));
                 return Ok(e.devices.iter().map(|d| d.answer()).collect());
             }
         }

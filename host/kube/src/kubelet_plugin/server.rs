@@ -141,16 +141,26 @@ async fn each<D: DraDriver, T: Send + 'static>(
     service: &DraService<D>,
     claims: Vec<ClaimRef>,
     deadline: Deadline,
-    f: fn(&D, &ClaimRef, Deadline) -> Result<T, ClaimError>,
+    (done, f): (
+        &'static str,
+        fn(&D, &ClaimRef, Deadline) -> Result<T, ClaimError>,
+    ),
 ) -> Result<Vec<(ClaimRef, Result<T, ClaimError>)>, Status> {
     let tasks: Vec<_> = claims
         .into_iter()
         .map(|c| {
             let (driver, log) = (service.driver.clone(), service.log);
             tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
                 let r = f(&driver, &c, deadline);
-                if let Err(e) = &r {
-                    log(&e.0);
+                // Each call said, as the kubelet made it: an operator reads
+                // which claims the node prepared, and when, here.
+                match &r {
+                    Ok(_) => log(&format!(
+                        "{done} {c} in {} ms",
+                        started.elapsed().as_millis()
+                    )),
+                    Err(e) => log(&e.0),
                 }
                 (c, r)
             })
@@ -183,7 +193,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(self, claims, deadline, D::prepare).await? {
+                for (c, r) in each(self, claims, deadline, ("prepared", D::prepare)).await? {
                     let entry = match r {
                         Ok(devices) => $m::NodePrepareResourceResponse {
                             devices: devices
@@ -221,7 +231,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(self, claims, deadline, D::unprepare).await? {
+                for (c, r) in each(self, claims, deadline, ("unprepared", D::unprepare)).await? {
                     let error = r.err().map(|e| crate::grpc::bounded(&e.0)).unwrap_or_default();
                     out.insert(c.uid, $m::NodeUnprepareResourceResponse { error });
                 }

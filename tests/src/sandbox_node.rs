@@ -1,0 +1,235 @@
+//! A booted node of the real control plane: `scripts/qemu/node.sh` starts a
+//! QEMU guest (TCG) with systemd, containerd, runc, the CNI plugins,
+//! Kubernetes' own kubelet and kube-proxy, and three stand-in GPUs (NVMe
+//! functions, two below one PCIe switch) behind a vIOMMU; it joins the
+//! control plane of [`ControlPlane::start_for_nodes`]. Commands run on it
+//! through QEMU's guest agent (`node.sh exec`). Dropping it powers it off.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::kube::{helm, ControlPlane};
+use crate::{binary, repo_root};
+
+/// The node's name.
+pub const NODE: &str = "vp2p-node";
+/// The PCI class of the stand-in GPUs (NVMe), which the driver is told to take as GPUs.
+pub const GPU_CLASS: &str = "010802";
+
+/// A node booted for a control plane; powered off on drop.
+pub struct SandboxNode {
+    cp_dir: PathBuf,
+    /// Seconds from QEMU's start to the Node being Ready.
+    pub boot_seconds: f64,
+}
+
+/// `bash scripts/qemu/node.sh ARGS`: (exit status, stdout, stderr).
+fn node_sh(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/qemu/node.sh"))
+        .args(args)
+        .output()
+        .expect("bash runs scripts/qemu/node.sh");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// vp2p's images from the suite's debug p2p-host (scripts/image.sh) in
+/// `dir`: the p2p-host image's OCI archive.
+pub fn p2p_host_image(dir: &Path) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/image.sh"))
+        .arg("--binary")
+        .arg(binary("p2p-host"))
+        .arg("--out")
+        .arg(dir)
+        .output()
+        .expect("bash runs scripts/image.sh");
+    assert!(
+        out.status.success(),
+        "scripts/image.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = dir.join(format!("p2p-host-{}.oci.tar", env!("CARGO_PKG_VERSION")));
+    assert!(archive.exists(), "{} was not written", archive.display());
+    archive
+}
+
+impl SandboxNode {
+    /// Boots [`NODE`] for `cp` with the OCI archives `images` imported, and
+    /// waits (at most `limit`) until the Node is Ready.
+    pub fn boot(cp: &ControlPlane, images: &[PathBuf], limit: Duration) -> Self {
+        let dir = cp.dir().to_str().expect("a UTF-8 path").to_string();
+        let limit = limit.as_secs().to_string();
+        let mut args = vec![
+            "up",
+            dir.as_str(),
+            "--name",
+            NODE,
+            "--timeout",
+            limit.as_str(),
+        ];
+        let images: Vec<String> = images.iter().map(|p| p.display().to_string()).collect();
+        for i in &images {
+            args.extend(["--image", i.as_str()]);
+        }
+        let started = Instant::now();
+        let (rc, out, err) = node_sh(&args);
+        let node = Self {
+            cp_dir: cp.dir().to_path_buf(),
+            boot_seconds: started.elapsed().as_secs_f64(),
+        };
+        assert_eq!(
+            rc,
+            0,
+            "node.sh up: {out}{err}\nconsole:\n{}",
+            node.console_tail()
+        );
+        node
+    }
+
+    /// The last 40 lines of the node's serial console.
+    pub fn console_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.cp_dir.join(format!("nodes/{NODE}/console.log")))
+            .unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Runs `sh -c script` on the node as root: (exit status, stdout).
+    pub fn try_sh(&self, script: &str) -> (i32, String) {
+        let dir = self.cp_dir.to_str().expect("a UTF-8 path");
+        let (rc, out, err) = node_sh(&["exec", dir, "--name", NODE, "--", "sh", "-c", script]);
+        if rc != 0 && !err.is_empty() {
+            eprintln!("node: `{script}` exited {rc}: {err}");
+        }
+        (rc, out)
+    }
+
+    /// Runs `sh -c script` on the node; its stdout. It must succeed.
+    pub fn sh(&self, script: &str) -> String {
+        let (rc, out) = self.try_sh(script);
+        assert_eq!(rc, 0, "on the node: `{script}` exited {rc}: {out}");
+        out
+    }
+
+    /// The driver (vfio-pci, nvme, ...) `bdf` is bound to on the node, or "".
+    pub fn driver_of(&self, bdf: &str) -> String {
+        let (_, out) = self.try_sh(&format!(
+            "basename \"$(readlink /sys/bus/pci/devices/{bdf}/driver)\""
+        ));
+        out.trim().to_string()
+    }
+
+    /// The IOMMU group of `bdf` on the node.
+    pub fn iommu_group(&self, bdf: &str) -> u64 {
+        let out = self.sh(&format!(
+            "basename \"$(readlink /sys/bus/pci/devices/{bdf}/iommu_group)\""
+        ));
+        out.trim().parse().expect("a group number")
+    }
+
+    /// The stand-in GPUs, as the node's sysfs lists them (class [`GPU_CLASS`]).
+    pub fn gpus(&self) -> Vec<String> {
+        let out = self.sh(&format!(
+            "for f in /sys/bus/pci/devices/*; do [ \"$(cat $f/class)\" = 0x{GPU_CLASS} ] && basename $f; done; true"
+        ));
+        out.lines().map(str::to_string).collect()
+    }
+
+    /// The stdout of container `container` of pod `namespace/pod` (uid
+    /// `uid`), from the kubelet's log files on the node (CRI log lines:
+    /// time, stream, tag, text).
+    pub fn container_stdout(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        container: &str,
+    ) -> String {
+        let text = self.sh(&format!(
+            "cat /var/log/pods/{namespace}_{pod}_{uid}/{container}/*.log"
+        ));
+        text.lines()
+            .filter_map(|l| {
+                let mut parts = l.splitn(4, ' ');
+                let (_, stream, _, text) = (
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next().unwrap_or(""),
+                );
+                (stream == "stdout").then(|| format!("{text}\n"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for SandboxNode {
+    fn drop(&mut self) {
+        let dir = self.cp_dir.to_str().unwrap_or_default().to_string();
+        let _ = node_sh(&["down", dir.as_str(), "--name", NODE]);
+    }
+}
+
+/// `helm install vp2p` of the shipped chart into kube-system, the driver
+/// told to take the stand-ins' class as GPUs; Helm's stdout.
+pub fn helm_install(cp: &ControlPlane) -> String {
+    let kubeconfig = cp.kubeconfig();
+    let home = cp.dir().join("helm");
+    let out = Command::new(helm())
+        .args(["install", "vp2p"])
+        .arg(repo_root().join("host/kubernetes/helm/vp2p"))
+        .args(["--namespace", "kube-system", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .arg(format!("--set=extraArgs={{--gpu-class,{GPU_CLASS}}}"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `f` every 2 s until it returns Some, at most `limit`; panics with
+/// `what` and `context()` after.
+pub fn poll<T>(
+    what: &str,
+    limit: Duration,
+    mut f: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what} within {limit:?}:\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// `kubectl get ARGS -o json`, or None when kubectl fails (not found yet).
+pub fn try_get(cp: &ControlPlane, args: &[&str]) -> Option<Value> {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend(["-o", "json"]);
+    let text = cp.try_kubectl(&a).ok()?;
+    serde_json::from_str(&text).ok()
+}
