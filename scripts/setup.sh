@@ -12,6 +12,8 @@
 #   for processes the suite left with ps), umoci (scripts/image.sh builds the OCI images);
 # - scripts/qemu/setup.sh: QEMU 11.1 from trixie-backports, a Debian cloud kernel,
 #   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
+# - the sandbox node's disk (scripts/qemu/node.sh root): Debian unstable with
+#   systemd, containerd 2.x, runc and the CNI plugins (under $VP2P_CACHE/node);
 # - kubernetes-validate 1.37.0 (PyPI; it bundles Kubernetes' OpenAPI schemas 1.25 to 1.37)
 #   in a venv under $VP2P_CACHE/kubernetes-validate, for the DRA manifests' schema check;
 # - kube-peers (tests/kube, Go): etcd, kube-apiserver, kube-controller-manager,
@@ -51,6 +53,7 @@ fi
 . "$here/clock.sh"
 clocked "go build: kube-peers" bash "$here/build-kube-peers.sh"
 clocked "go build: kubevirt-hook-client" bash "$here/build-kubevirt-hook-client.sh"
+clocked "node disk (Debian unstable)" bash "$here/qemu/node.sh" root >/dev/null
 
 nvrtc="$VP2P_CACHE/nvrtc"
 lib="$nvrtc/nvidia/cu13/lib"

@@ -41,7 +41,9 @@ MIRROR="${VP2P_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PKGS=systemd-sysv,udev,kmod,dbus,containerd,runc,containernetworking-plugins,iproute2,nftables,conntrack,iptables,ca-certificates,procps,pciutils,qemu-guest-agent
 UNITS=(vp2p-seed.service vp2p-images.service containerd.service kubelet.service kube-proxy.service systemd-networkd.service)
 target="${CARGO_TARGET_DIR:-$repo/target}"
-peers="$target/kube-peers"
+# VP2P_KUBE_PEERS: another build of kube-peers, whose directory holds the
+# kubelet, kube-proxy and pause built with it.
+peers="$(dirname "${VP2P_KUBE_PEERS:-$target/kube-peers/kube-peers}")"
 
 load_paths
 nodecache="$VP2P_CACHE/node"

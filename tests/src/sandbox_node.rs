@@ -19,6 +19,12 @@ pub const NODE: &str = "vp2p-node";
 /// The PCI class of the stand-in GPUs (NVMe), which the driver is told to take as GPUs.
 pub const GPU_CLASS: &str = "010802";
 
+/// Held while a test's node runs: one guest at a time on two cores.
+pub fn one_node_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A node booted for a control plane; powered off on drop.
 pub struct SandboxNode {
     cp_dir: PathBuf,

@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use p2p_tests::kube::ControlPlane;
-use p2p_tests::sandbox_node::{helm_install, p2p_host_image, poll, try_get, SandboxNode, NODE};
+use p2p_tests::sandbox_node::{
+    helm_install, one_node_at_a_time, p2p_host_image, poll, try_get, SandboxNode, NODE,
+};
 use p2p_tests::{repo_root, target_dir};
 use serde_json::Value;
 
@@ -173,6 +175,7 @@ fn slice_uids(cp: &ControlPlane) -> BTreeSet<String> {
 
 #[test]
 fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
+    let _one = one_node_at_a_time();
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
     let images = tempfile::tempdir().unwrap();

@@ -7,3 +7,4 @@
 //! One binary of its own: the guest takes both cores while it boots.
 
 mod claim_lifecycle;
+mod deploy_walkthrough;

@@ -1,0 +1,77 @@
+//! docs/deploy-on-a-cluster.md's sandbox walk-through ("Try it on a sandbox
+//! node") runs verbatim from the repository's root: `kube-sandbox.sh up DIR
+//! --node` boots the node, builds and imports the images and installs the
+//! chart; the documented pod gets the two stand-ins below the switch, which
+//! `p2p-host vfio-check` opens in the container; `down` stops it all.
+
+use std::process::Command;
+
+use p2p_tests::kube::kube_peers;
+use p2p_tests::sandbox_node::one_node_at_a_time;
+use p2p_tests::{binary, repo_root};
+
+/// The `sh` block of the page's sandbox section, as the page shows it.
+fn walkthrough() -> String {
+    let page = std::fs::read_to_string(repo_root().join("docs/deploy-on-a-cluster.md")).unwrap();
+    let at = page
+        .find("## Try it on a sandbox node")
+        .expect("docs/deploy-on-a-cluster.md has the sandbox section");
+    let rest = &page[at..];
+    let start = rest.find("```sh\n").expect("the section has an sh block") + 6;
+    let len = rest[start..].find("\n```").expect("the block ends");
+    rest[start..start + len + 1].to_string()
+}
+
+#[test]
+fn the_deploy_walkthrough_runs_verbatim_on_a_sandbox_node() {
+    let _one = one_node_at_a_time();
+    let block = walkthrough();
+    assert!(block.starts_with("bash scripts/kube-sandbox.sh up /tmp/kn --node\n"));
+    assert!(block.ends_with("bash scripts/kube-sandbox.sh down /tmp/kn\n"));
+    let _ = std::fs::remove_dir_all("/tmp/kn");
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &block])
+        .current_dir(repo_root())
+        .env("VP2P_KUBE_PEERS", kube_peers())
+        .env("VP2P_P2P_HOST", binary("p2p-host"))
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the walk-through failed:\n{stdout}\n{stderr}"
+    );
+    // The node, as kubectl shows it: Ready, the kubelet's own version, containerd 2.
+    let node = stdout
+        .lines()
+        .find(|l| l.starts_with("vp2p-node "))
+        .unwrap_or_else(|| panic!("no node line:\n{stdout}"));
+    let cols: Vec<&str> = node.split_whitespace().collect();
+    assert_eq!((cols[1], cols[4]), ("Ready", "v1.37.2"), "{node}");
+    assert!(node.contains("containerd://2."), "{node}");
+    // The container's report: two functions of the stand-ins' class, one
+    // metadata file.
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" 1b36 ")).collect();
+    assert_eq!(rows.len(), 2, "two functions opened:\n{stdout}");
+    for r in &rows {
+        assert!(r.contains(" 0010 ") && r.contains(" 010802 "), "{r}");
+    }
+    assert_eq!(
+        stdout
+            .matches(" metadata /var/run/kubernetes.io/dra-device-attributes/")
+            .count(),
+        1,
+        "{stdout}"
+    );
+    let leftover = Command::new("pgrep")
+        .args(["-f", "/tmp/kn/nodes/"])
+        .output()
+        .unwrap();
+    assert!(
+        leftover.stdout.is_empty(),
+        "QEMU still runs after down: {}",
+        String::from_utf8_lossy(&leftover.stdout)
+    );
+}
