@@ -3,7 +3,7 @@
 # scratch, with umoci (Debian's package), holding p2p-host and the shared
 # libraries it links (the host's, as ldd names them), and nothing else.
 #
-#   bash scripts/image.sh [--binary PATH] [--out DIR] [--pause PATH]
+#   bash scripts/image.sh [--binary PATH] [--out DIR] [--pause PATH] [--vm P2P_GUEST]
 #
 # Writes, in DIR (default target/images), each an OCI image layout in a tar
 # (an OCI archive) that `ctr -n k8s.io images import` and `podman load` take,
@@ -17,7 +17,12 @@
 #       v1.9.0 by scripts/build-kubevirt-hook-client.sh), p2p-host and
 #       host/kubevirt/onDefineDomain on its PATH with busybox's sh for it,
 #       user 107 (virt-launcher's qemu user): the onDefineDomain hook sidecar
-# and prints their paths. With --pause PATH it writes only
+# and prints their paths. With --vm P2P_GUEST, also
+#   vm-launcher-VERSION.oci.tar    localhost/vp2p/vm-launcher:VERSION, entry
+#       point scripts/qemu/vm-in-pod/vp2p-vm: the VM in a pod as KubeVirt's
+#       launcher would run it, with QEMU 11.1 (scripts/qemu/setup.sh's), the
+#       cached Debian kernel, an initramfs holding P2P_GUEST, and p2p-host
+# With --pause PATH it writes only
 #   pause-VERSION.oci.tar          localhost/vp2p/pause:VERSION, PATH
 #       (tests/kube/pause, built by scripts/build-kube-peers.sh) as the pod
 #       sandboxes' first process on the sandbox node (scripts/qemu/node.sh),
@@ -29,12 +34,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 . "$here/qemu/lib.sh"
 
-binary="" out="" pause=""
+binary="" out="" pause="" guest=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --binary) [ $# -ge 2 ] || usage_from_header; binary="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || usage_from_header; out="$2"; shift 2 ;;
         --pause) [ $# -ge 2 ] || usage_from_header; pause="$2"; shift 2 ;;
+        --vm) [ $# -ge 2 ] || usage_from_header; guest="$(readlink -f "$2")"; shift 2 ;;
         -h|--help) usage_from_header ;;
         *) die "unknown argument: $1" ;;
     esac
@@ -129,3 +135,36 @@ cp -L "$shim" "$work/hook-root/sidecar-shim"
 install -m 755 "$repo/host/kubevirt/onDefineDomain" "$work/hook-root/usr/bin/onDefineDomain"
 image kubevirt-hook "$work/hook-root" 107 /sidecar-shim
 
+# The VM launcher: QEMU 11.1 run through the loader of its own Debian root,
+# with its libraries, modules and firmware; the guest's kernel and initramfs.
+if [ -n "$guest" ]; then
+    [ -x "$guest" ] || die "$guest is not an executable"
+    vm="$work/vm-root" q="$(dirname "$VP2P_QEMU10")/root"
+    ql="$q/usr/lib/x86_64-linux-gnu"
+    cp -a "$work/root" "$vm"
+    mkdir -p "$vm/bin" "$vm/opt/qemu/bin" "$vm/opt/qemu/lib" "$vm/opt/qemu/share" "$vm/vm"
+    cp -L "$VP2P_BUSYBOX" "$vm/bin/busybox"
+    for a in sh cat sed od tr basename readlink; do ln -s busybox "$vm/bin/$a"; done
+    cp -L "$q/usr/bin/qemu-system-x86_64" "$vm/opt/qemu/bin/"
+    cp -a "$ql/qemu" "$vm/opt/qemu/lib/qemu"
+    for f in "$q/usr/bin/qemu-system-x86_64" "$ql"/qemu/*.so; do
+        "$ql/ld-linux-x86-64.so.2" --list --library-path "$ql:$q/lib/x86_64-linux-gnu" "$f" \
+            | awk '/=> \// { print $3 }'
+    done | sort -u | while read -r lib; do cp -L "$lib" "$vm/opt/qemu/lib/"; done
+    cp -L "$ql/ld-linux-x86-64.so.2" "$vm/opt/qemu/lib/"
+    cp -rL "$q/usr/share/qemu" "$q/usr/share/seabios" "$vm/opt/qemu/share/"
+    cat >"$vm/usr/bin/qemu-system-x86_64" <<'SH'
+#!/bin/sh
+# QEMU 11.1 through its own loader and libraries (vp2p's vm-launcher image).
+export QEMU_MODULE_DIR=/opt/qemu/lib/qemu
+exec /opt/qemu/lib/ld-linux-x86-64.so.2 --library-path /opt/qemu/lib \
+    --argv0 qemu-system-x86_64 /opt/qemu/bin/qemu-system-x86_64 \
+    -L /opt/qemu/share/qemu -L /opt/qemu/share/seabios "$@"
+SH
+    chmod 755 "$vm/usr/bin/qemu-system-x86_64"
+    install -m 755 "$here/qemu/vm-in-pod/vp2p-vm" "$vm/usr/bin/vp2p-vm"
+    cp -L "$VP2P_KERNEL" "$vm/vm/vmlinuz"
+    bash "$here/qemu/mkinitramfs.sh" "$vm/vm/initrd.cpio.gz" --init "$here/qemu/vm-in-pod/guest-init.sh" \
+        --add "$guest:/usr/bin/p2p-guest" >/dev/null
+    image vm-launcher "$vm" 0 /usr/bin/vp2p-vm
+fi

@@ -8,7 +8,7 @@
 # containerd, runc, CNI, Kubernetes' kubelet and kube-proxy, three stand-in
 # GPUs), vp2p's images are built (scripts/image.sh) and imported on it, and
 # the chart (host/kubernetes/helm/vp2p) is installed with Helm, the driver
-# told to take the stand-ins (NVMe, class 010802) as GPUs. It stays up until
+# told to take the stand-ins (QEMU's bochs-display, class 0380) as GPUs. It stays up until
 # `down`.
 #
 #   bash scripts/kube-sandbox.sh up DIR [--node]   start it; DIR/admin.kubeconfig
@@ -51,7 +51,7 @@ up)
         bash "$here/qemu/node.sh" up "$dir" --image "$images/p2p-host-$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1).oci.tar"
         HELM_CACHE_HOME="$dir/helm/cache" HELM_CONFIG_HOME="$dir/helm/config" HELM_DATA_HOME="$dir/helm/data" \
             "$(dirname "$bin")/helm" install vp2p "$root/host/kubernetes/helm/vp2p" --namespace kube-system \
-            --kubeconfig "$dir/admin.kubeconfig" --set 'extraArgs={--gpu-class,010802}' >/dev/null
+            --kubeconfig "$dir/admin.kubeconfig" --set 'extraArgs={--gpu-class,0380}' >/dev/null
         echo "node vp2p-node joined; vp2p's chart installed (helm release vp2p in kube-system)"
     fi
     cat <<MSG

@@ -4,9 +4,10 @@
 # root with systemd, containerd 2.x, runc and the CNI plugins from Debian's
 # packages, Kubernetes' own kubelet and kube-proxy (built by
 # scripts/build-kube-peers.sh), a vIOMMU, a PCIe switch with two stand-in
-# GPUs below it and a third on a root port of its own (NVMe controllers, the
-# functions the QEMU tests bind to vfio-pci), and a virtio NIC on QEMU's user
-# network.
+# GPUs below it and a third on a root port of its own, and a virtio NIC on
+# QEMU's user network. The stand-ins are QEMU's bochs-display (1234:1111,
+# class 0380, a display controller as a GPU is, which QEMU's clique property
+# requires of a passed-through device; the node's kernel has no driver for it).
 #
 #   bash scripts/qemu/node.sh root
 #       build (once, cached) the node's disk image; print its path
@@ -187,10 +188,10 @@ up() {
         -device x3130-upstream,id=sw0,bus=rp0
         -device xio3130-downstream,id=sw0dn0,bus=sw0,chassis=2,slot=0
         -device xio3130-downstream,id=sw0dn1,bus=sw0,chassis=3,slot=1
-        -device nvme,id=gpu0,serial=vp2p-gpu0,bus=sw0dn0
-        -device nvme,id=gpu1,serial=vp2p-gpu1,bus=sw0dn1
+        -device bochs-display,id=gpu0,bus=sw0dn0
+        -device bochs-display,id=gpu1,bus=sw0dn1
         -device pcie-root-port,id=rp1,bus=pcie.0,chassis=4,slot=2
-        -device nvme,id=gpu2,serial=vp2p-gpu2,bus=rp1
+        -device bochs-display,id=gpu2,bus=rp1
         -display none -serial "file:$nd/console.log" -daemonize -pidfile "$nd/pid")
     local kubectl=("$peers/kube-peers" kubectl --kubeconfig "$cp/admin.kubeconfig") t0=$SECONDS ready="" boot
     # A node booted before is still Ready in the API until its lease runs

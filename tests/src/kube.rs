@@ -348,19 +348,33 @@ impl ControlPlane {
     }
 
     /// Waits until `f` returns Some, polling every 100 ms, at most `limit`.
-    pub fn wait_for<T>(&self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "{what} within {limit:?}\nscheduler log:\n{}",
-                self.log_tail("scheduler.log")
-            );
-            std::thread::sleep(Duration::from_millis(100));
+    pub fn wait_for<T>(&self, what: &str, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
+        poll_every(what, limit, Duration::from_millis(100), f, || {
+            format!("scheduler log:\n{}", self.log_tail("scheduler.log"))
+        })
+    }
+}
+
+/// Polls `f` every `every` until it returns Some, at most `limit`; panics
+/// with `what` and `context()` after.
+pub fn poll_every<T>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
         }
+        assert!(
+            start.elapsed() < limit,
+            "{what} within {limit:?}:\n{}",
+            context()
+        );
+        std::thread::sleep(every);
     }
 }
 

@@ -147,6 +147,19 @@ pub fn topo_route_cell(out: &str, pair: &str) -> String {
     parts.join(" ")
 }
 
+/// The first `sh` block after `heading` in the repository's `page`
+/// (docs/...), as the page shows it: a walk-through a test runs verbatim.
+pub fn docs_sh_block(page: &str, heading: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join(page)).unwrap();
+    let at = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("{page} has the section {heading:?}"));
+    let rest = &text[at..];
+    let start = rest.find("```sh\n").expect("the section has an sh block") + 6;
+    let len = rest[start..].find("\n```").expect("the block ends");
+    rest[start..start + len + 1].to_string()
+}
+
 /// The YAML documents of a manifest, split at `---` lines (the manifests
 /// quote every value YAML 1.1 would misread), comment-only documents left
 /// out; panics on YAML that does not parse (a test helper).

@@ -1,7 +1,7 @@
 //! A booted node of the real control plane: `scripts/qemu/node.sh` starts a
 //! QEMU guest (TCG) with systemd, containerd, runc, the CNI plugins,
-//! Kubernetes' own kubelet and kube-proxy, and three stand-in GPUs (NVMe
-//! functions, two below one PCIe switch) behind a vIOMMU; it joins the
+//! Kubernetes' own kubelet and kube-proxy, and three stand-in GPUs (QEMU's
+//! bochs-display, two below one PCIe switch) behind a vIOMMU; it joins the
 //! control plane of [`ControlPlane::start_for_nodes`]. Commands run on it
 //! through QEMU's guest agent (`node.sh exec`). Dropping it powers it off.
 
@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::kube::{helm, ControlPlane};
+use crate::kube::{helm, poll_every, ControlPlane};
 use crate::{binary, repo_root};
 
 /// The node's name.
 pub const NODE: &str = "vp2p-node";
-/// The PCI class of the stand-in GPUs (NVMe), which the driver is told to take as GPUs.
-pub const GPU_CLASS: &str = "010802";
+/// The PCI class of the stand-in GPUs (QEMU's bochs-display, a display
+/// controller), which the driver is told to take as GPUs.
+pub const GPU_CLASS: &str = "0380";
 
 /// Held while a test's node runs: one guest at a time on two cores.
 pub fn one_node_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -46,25 +47,35 @@ fn node_sh(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// vp2p's images from the suite's debug p2p-host (scripts/image.sh) in
-/// `dir`: the p2p-host image's OCI archive.
-pub fn p2p_host_image(dir: &Path) -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo_root().join("scripts/image.sh"))
+/// vp2p's images from the suite's debug binaries (scripts/image.sh) in
+/// `dir`: the p2p-host archive, and with `vm` the vm-launcher's after it
+/// (`--vm`, holding p2p-guest).
+pub fn images(dir: &Path, vm: bool) -> Vec<PathBuf> {
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo_root().join("scripts/image.sh"))
         .arg("--binary")
         .arg(binary("p2p-host"))
         .arg("--out")
-        .arg(dir)
-        .output()
-        .expect("bash runs scripts/image.sh");
+        .arg(dir);
+    if vm {
+        cmd.arg("--vm").arg(binary("p2p-guest"));
+    }
+    let out = cmd.output().expect("bash runs scripts/image.sh");
     assert!(
         out.status.success(),
         "scripts/image.sh: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let archive = dir.join(format!("p2p-host-{}.oci.tar", env!("CARGO_PKG_VERSION")));
-    assert!(archive.exists(), "{} was not written", archive.display());
-    archive
+    let names: &[&str] = if vm {
+        &["p2p-host", "vm-launcher"]
+    } else {
+        &["p2p-host"]
+    };
+    names
+        .iter()
+        .map(|n| dir.join(format!("{n}-{}.oci.tar", env!("CARGO_PKG_VERSION"))))
+        .inspect(|a| assert!(a.exists(), "{} was not written", a.display()))
+        .collect()
 }
 
 impl SandboxNode {
@@ -144,9 +155,20 @@ impl SandboxNode {
     /// The stand-in GPUs, as the node's sysfs lists them (class [`GPU_CLASS`]).
     pub fn gpus(&self) -> Vec<String> {
         let out = self.sh(&format!(
-            "for f in /sys/bus/pci/devices/*; do [ \"$(cat $f/class)\" = 0x{GPU_CLASS} ] && basename $f; done; true"
+            "for f in /sys/bus/pci/devices/*; do [ \"$(cat $f/class)\" = 0x{GPU_CLASS}00 ] && basename $f; done; true"
         ));
         out.lines().map(str::to_string).collect()
+    }
+
+    /// Both streams of container `container` of pod `namespace/pod` (uid
+    /// `uid`), as they came, from the kubelet's log files on the node.
+    pub fn container_log(&self, namespace: &str, pod: &str, uid: &str, container: &str) -> String {
+        let text = self.sh(&format!(
+            "cat /var/log/pods/{namespace}_{pod}_{uid}/{container}/*.log"
+        ));
+        text.lines()
+            .filter_map(|l| Some(format!("{}\n", l.splitn(4, ' ').nth(3)?)))
+            .collect()
     }
 
     /// The stdout of container `container` of pod `namespace/pod` (uid
@@ -214,21 +236,10 @@ pub fn helm_install(cp: &ControlPlane) -> String {
 pub fn poll<T>(
     what: &str,
     limit: Duration,
-    mut f: impl FnMut() -> Option<T>,
+    f: impl FnMut() -> Option<T>,
     context: impl Fn() -> String,
 ) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "{what} within {limit:?}:\n{}",
-            context()
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    poll_every(what, limit, Duration::from_secs(2), f, context)
 }
 
 /// `kubectl get ARGS -o json`, or None when kubectl fails (not found yet).

@@ -169,7 +169,13 @@ struct Setup<'p> {
 
 /// Probes, opens the GPUs, decides and applies peer access, loads kernels.
 fn setup(cfg: BenchConfig, progress: &dyn Progress) -> Result<Setup<'_>, BenchError> {
-    let (probe, cuda) = probe::probe(&cfg.sysfs_root, &ProbeOptions { use_driver: true })?;
+    let (probe, cuda) = probe::probe(
+        &cfg.sysfs_root,
+        &ProbeOptions {
+            use_driver: true,
+            gpu_class: None,
+        },
+    )?;
     let cuda =
         cuda.ok_or_else(|| BenchError::NoCuda(probe.cuda.why.clone().unwrap_or_default()))?;
     let all = cuda.gpus.len();

@@ -74,6 +74,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         &a.sysfs_root,
         &ProbeOptions {
             use_driver: !a.no_driver,
+            gpu_class: None,
         },
     )
     .with_context(|| format!("reading the GPUs of {}", a.sysfs_root.display()))?;

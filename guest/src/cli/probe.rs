@@ -35,11 +35,17 @@ pub struct ProbeArgs {
     /// Bytes moved per verification copy.
     #[arg(long, value_parser = p2p_guest::bench::plan::bench_size, default_value = "4M")]
     verify_size: p2p_topology::ByteSize,
+    /// Take NVIDIA functions of this class as GPUs (2, 4 or 6 hex digits)
+    /// instead of display controllers: stand-ins whose vendor id the VMM
+    /// overrode, as vp2p's tests pass NVMe functions through.
+    #[arg(long, value_name = "PREFIX")]
+    gpu_class: Option<p2p_topology::select::ClassPrefix>,
 }
 
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let opts = ProbeOptions {
         use_driver: !args.no_driver,
+        gpu_class: args.gpu_class,
     };
     let (mut report, cuda) = probe(&args.sysfs_root, &opts)?;
     if args.enable {

@@ -91,6 +91,7 @@ pub fn gather(opts: LiveOptions, progress: &dyn Progress) -> Result<Inputs, Prob
         &opts.sysfs_root,
         &ProbeOptions {
             use_driver: opts.use_driver,
+            gpu_class: None,
         },
     )?;
     let mut sources = vec![format!("live: {}", opts.sysfs_root.display())];

@@ -21,6 +21,9 @@ use report::{CudaFacts, EnableResult, ProbeReport};
 pub struct ProbeOptions {
     /// Ask CUDA and NVML (off for sysfs-only runs on captured trees).
     pub use_driver: bool,
+    /// Take NVIDIA functions of this class as GPUs instead of display
+    /// controllers: stand-ins whose vendor id a VMM overrode.
+    pub gpu_class: Option<p2p_topology::select::ClassPrefix>,
 }
 
 /// Gathers every fact and decides every pair. Returns the opened CUDA
@@ -31,7 +34,7 @@ pub fn probe(
     root: &Path,
     opts: &ProbeOptions,
 ) -> Result<(ProbeReport, Option<Cuda>), sysfs::ProbeError> {
-    let mut gpus = sysfs::scan_gpus(root)?;
+    let mut gpus = sysfs::scan_gpus_of_class(root, opts.gpu_class)?;
     let hv = hypervisor::detect();
     let (nv, cuda) = if opts.use_driver {
         (nvml::read(), Cuda::open().map_err(|e| e.to_string()))

@@ -157,6 +157,15 @@ pub fn resolve_root(root: &Path) -> PathBuf {
 
 /// Every NVIDIA display-class function under `root/bus/pci/devices`, by address.
 pub fn scan_gpus(root: &Path) -> Result<Vec<GuestGpu>, ProbeError> {
+    scan_gpus_of_class(root, None)
+}
+
+/// [`scan_gpus`], or with `class` the NVIDIA functions of that class (stand-ins
+/// whose vendor id the VMM overrode, in tests under QEMU).
+pub fn scan_gpus_of_class(
+    root: &Path,
+    class_prefix: Option<p2p_topology::select::ClassPrefix>,
+) -> Result<Vec<GuestGpu>, ProbeError> {
     let dir = resolve_root(root).join("bus/pci/devices");
     let entries = fs::read_dir(&dir).map_err(|e| ProbeError::Io {
         path: dir.clone(),
@@ -175,7 +184,11 @@ pub fn scan_gpus(root: &Path) -> Result<Vec<GuestGpu>, ProbeError> {
         let path = entry.path();
         let vendor: u16 = read_hex(&path.join("vendor"))?;
         let class: u32 = read_hex(&path.join("class"))?;
-        if vendor != NVIDIA_VENDOR || class >> 16 != 0x03 {
+        let gpu_class = match class_prefix {
+            Some(p) => p.matches(class),
+            None => class >> 16 == 0x03,
+        };
+        if vendor != NVIDIA_VENDOR || !gpu_class {
             continue;
         }
         let device = read_hex(&path.join("device"))?;
@@ -262,5 +275,27 @@ mod tests {
             capability_state(&raw),
             CapabilityState::Present { offset: 0xc8, .. }
         ));
+    }
+
+    /// A function with NVIDIA's vendor id and NVMe's class (a stand-in whose
+    /// vendor id QEMU overrode) is no GPU by default, one with --gpu-class.
+    #[test]
+    fn a_class_prefix_takes_stand_ins_as_gpus() {
+        let root = std::env::temp_dir().join(format!("vp2p-probe-class-{}", std::process::id()));
+        let f = root.join("bus/pci/devices/0000:00:10.0");
+        fs::create_dir_all(&f).unwrap();
+        fs::write(f.join("vendor"), "0x10de\n").unwrap();
+        fs::write(f.join("device"), "0x1111\n").unwrap();
+        fs::write(f.join("class"), "0x010802\n").unwrap();
+        let good = P2pCapability::new(Clique::new(1).unwrap(), 0).encode();
+        fs::write(f.join("config"), config_with_vendor_cap(good)).unwrap();
+        assert!(scan_gpus(&root).unwrap().is_empty());
+        let nvme = "010802".parse().unwrap();
+        let found = scan_gpus_of_class(&root, Some(nvme)).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].bdf.to_string(), "0000:00:10.0");
+        let other = "0302".parse().unwrap();
+        assert!(scan_gpus_of_class(&root, Some(other)).unwrap().is_empty());
+        fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -17,7 +17,14 @@ fn fixture() -> PathBuf {
 }
 
 fn route(root: &Path, a: &str, b: &str) -> String {
-    let (report, _) = probe(root, &ProbeOptions { use_driver: false }).unwrap();
+    let (report, _) = probe(
+        root,
+        &ProbeOptions {
+            use_driver: false,
+            gpu_class: None,
+        },
+    )
+    .unwrap();
     route_of(&report, a.parse::<Bdf>().unwrap(), b.parse().unwrap())
 }
 
@@ -65,7 +72,14 @@ fn a_host_plan_names_the_host_route_after_the_guest_one() {
         .join("../tests/fixtures/qemu-11.1-pcie-costs-iommu-on");
     let plan = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/host-plans/pcie-costs-mirror.json");
-    let (report, _) = probe(&tree, &ProbeOptions { use_driver: false }).unwrap();
+    let (report, _) = probe(
+        &tree,
+        &ProbeOptions {
+            use_driver: false,
+            gpu_class: None,
+        },
+    )
+    .unwrap();
     let host = HostRoutes::load(&plan, None).unwrap();
     let r = |a: &str, b: &str, h: Option<&HostRoutes>| {
         route_with_host(&report, h, a.parse::<Bdf>().unwrap(), b.parse().unwrap())

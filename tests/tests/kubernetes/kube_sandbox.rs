@@ -7,18 +7,14 @@
 use std::process::Command;
 
 use p2p_tests::kube::kube_peers;
-use p2p_tests::repo_root;
+use p2p_tests::{docs_sh_block, repo_root};
 
 /// The `sh` block of the page's sandbox section, as the page shows it.
 fn walkthrough() -> String {
-    let page = std::fs::read_to_string(repo_root().join("docs/kubevirt.md")).unwrap();
-    let at = page
-        .find("### A real control plane without a cluster")
-        .expect("docs/kubevirt.md has the sandbox section");
-    let rest = &page[at..];
-    let start = rest.find("```sh\n").expect("the section has an sh block") + 6;
-    let len = rest[start..].find("\n```").expect("the block ends");
-    rest[start..start + len + 1].to_string()
+    docs_sh_block(
+        "docs/kubevirt.md",
+        "### A real control plane without a cluster",
+    )
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use p2p_tests::kube::ControlPlane;
 use p2p_tests::sandbox_node::{
-    helm_install, one_node_at_a_time, p2p_host_image, poll, try_get, SandboxNode, NODE,
+    helm_install, images, one_node_at_a_time, poll, try_get, SandboxNode, NODE,
 };
 use p2p_tests::{repo_root, target_dir};
 use serde_json::Value;
@@ -130,8 +130,8 @@ fn allocated(cp: &ControlPlane, pod: &Value) -> BTreeSet<String> {
 }
 
 /// The functions the container opened, each checked against the node: the
-/// group it opened is the function's IOMMU group, its ids are QEMU's NVMe's
-/// (1b36:0010, class 010802), read through the device fd.
+/// group it opened is the function's IOMMU group, its ids are QEMU's
+/// bochs-display's (1234:1111, class 038000), read through the device fd.
 fn opened(node: &SandboxNode, report: &Value) -> BTreeSet<String> {
     report["functions"]
         .as_array()
@@ -143,9 +143,9 @@ fn opened(node: &SandboxNode, report: &Value) -> BTreeSet<String> {
             assert_eq!(
                 (&f["vendor"], &f["device"], &f["class"]),
                 (
-                    &Value::from("1b36"),
-                    &Value::from("0010"),
-                    &Value::from("010802")
+                    &Value::from("1234"),
+                    &Value::from("1111"),
+                    &Value::from("038000")
                 ),
                 "{bdf} as read through its device fd"
             );
@@ -178,11 +178,11 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
     let _one = one_node_at_a_time();
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
-    let images = tempfile::tempdir().unwrap();
-    let image = p2p_host_image(images.path());
+    let dir = tempfile::tempdir().unwrap();
+    let archives = images(dir.path(), false);
     let cp =
         ControlPlane::start_for_nodes(&target_dir().join("kube-peers/runs/node-claim-lifecycle"));
-    let node = SandboxNode::boot(&cp, &[image], Duration::from_secs(900));
+    let node = SandboxNode::boot(&cp, &archives, Duration::from_secs(900));
     step(&format!(
         "node Ready {:.1} s after QEMU started",
         node.boot_seconds
@@ -211,6 +211,14 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
     let switched: BTreeSet<String> = gpus.iter().filter(|g| depth(g) == 4).cloned().collect();
     let alone: BTreeSet<String> = gpus.iter().filter(|g| depth(g) == 2).cloned().collect();
     assert_eq!((switched.len(), alone.len()), (2, 1), "{gpus:?}");
+    let drivers: std::collections::BTreeMap<String, String> = gpus
+        .iter()
+        .map(|g| (g.clone(), node.driver_of(g)))
+        .collect();
+    assert!(
+        drivers.values().all(|d| d != "vfio-pci"),
+        "none on vfio-pci before a claim: {drivers:?}"
+    );
 
     // The chart's DaemonSet: the driver from vp2p's image, with the pod's
     // service-account token, registers with the kubelet and publishes.
@@ -313,7 +321,7 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
         assert_eq!(node.driver_of(bdf), "vfio-pci", "{bdf} bound for the claim");
     }
     for bdf in &alone {
-        assert_eq!(node.driver_of(bdf), "nvme", "{bdf} left alone");
+        assert_eq!(node.driver_of(bdf), drivers[bdf], "{bdf} left alone");
     }
     let metadata = report["metadata"].as_array().unwrap();
     assert_eq!(
@@ -500,16 +508,17 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
         "peers' container kept through the roll"
     );
 
-    // Deleting the pods: the kubelet unprepares, the groups go back to nvme,
+    // Deleting the pods: the kubelet unprepares, the functions go back to
+    // the driver they had (none: the node's kernel has none for bochs-display),
     // the CDI specs and the metadata are gone.
     cp.kubectl(&["delete", "pod", "peers", "single", "--timeout=300s"]);
     cp.kubectl(&["delete", "resourceclaim", "one-gpu", "--timeout=120s"]);
     poll(
-        "the stand-ins are back on nvme",
+        "the stand-ins are back on their drivers",
         Duration::from_secs(120),
         || {
             gpus.iter()
-                .all(|g| node.driver_of(g) == "nvme")
+                .all(|g| node.driver_of(g) == drivers[g])
                 .then_some(())
         },
         || driver_log(&node),

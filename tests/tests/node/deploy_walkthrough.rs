@@ -8,18 +8,11 @@ use std::process::Command;
 
 use p2p_tests::kube::kube_peers;
 use p2p_tests::sandbox_node::one_node_at_a_time;
-use p2p_tests::{binary, repo_root};
+use p2p_tests::{binary, docs_sh_block, repo_root};
 
 /// The `sh` block of the page's sandbox section, as the page shows it.
 fn walkthrough() -> String {
-    let page = std::fs::read_to_string(repo_root().join("docs/deploy-on-a-cluster.md")).unwrap();
-    let at = page
-        .find("## Try it on a sandbox node")
-        .expect("docs/deploy-on-a-cluster.md has the sandbox section");
-    let rest = &page[at..];
-    let start = rest.find("```sh\n").expect("the section has an sh block") + 6;
-    let len = rest[start..].find("\n```").expect("the block ends");
-    rest[start..start + len + 1].to_string()
+    docs_sh_block("docs/deploy-on-a-cluster.md", "## Try it on a sandbox node")
 }
 
 #[test]
@@ -53,10 +46,10 @@ fn the_deploy_walkthrough_runs_verbatim_on_a_sandbox_node() {
     assert!(node.contains("containerd://2."), "{node}");
     // The container's report: two functions of the stand-ins' class, one
     // metadata file.
-    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" 1b36 ")).collect();
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" 1234 ")).collect();
     assert_eq!(rows.len(), 2, "two functions opened:\n{stdout}");
     for r in &rows {
-        assert!(r.contains(" 0010 ") && r.contains(" 010802 "), "{r}");
+        assert!(r.contains(" 1111 ") && r.contains(" 038000 "), "{r}");
     }
     assert_eq!(
         stdout

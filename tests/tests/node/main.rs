@@ -8,3 +8,4 @@
 
 mod claim_lifecycle;
 mod deploy_walkthrough;
+mod vm_in_pod;

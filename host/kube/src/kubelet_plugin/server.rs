@@ -137,14 +137,17 @@ fn deadline<T>(req: &Request<T>) -> Deadline {
 
 /// Runs `f` on every claim at once, each on a blocking thread of its own
 /// (sysfs writes and waits, an API read): one slow claim holds up no other.
+/// One of the driver's calls on a claim, and the word the log says it with.
+type ClaimCall<D, T> = (
+    &'static str,
+    fn(&D, &ClaimRef, Deadline) -> Result<T, ClaimError>,
+);
+
 async fn each<D: DraDriver, T: Send + 'static>(
     service: &DraService<D>,
     claims: Vec<ClaimRef>,
     deadline: Deadline,
-    (done, f): (
-        &'static str,
-        fn(&D, &ClaimRef, Deadline) -> Result<T, ClaimError>,
-    ),
+    (done, f): ClaimCall<D, T>,
 ) -> Result<Vec<(ClaimRef, Result<T, ClaimError>)>, Status> {
     let tasks: Vec<_> = claims
         .into_iter()
