@@ -118,6 +118,11 @@ pub async fn serve(
 ) -> Result<(), PluginError> {
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let (mut reporter, service) = tonic_health::server::health_reporter();
+    // Known before the first check: a probe that comes first reads
+    // NOT_SERVING, not "service not registered".
+    for name in ["liveness", "readiness", ""] {
+        reporter.set_service_status(name, status(false)).await;
+    }
     let mut rx = stop.clone();
     let server = tonic::transport::Server::builder()
         .add_service(service)
