@@ -61,6 +61,14 @@ spec:
           count: 1
 "#;
 
+/// A published or recorded device's PCI address (its `pciBusID` attribute).
+fn pci_bus_id(device: &Value) -> String {
+    device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+        .as_str()
+        .expect("a pciBusID attribute")
+        .to_string()
+}
+
 /// The status of container `name` of `pod`, when there is one.
 fn container<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
     pod["status"]["containerStatuses"]
@@ -118,12 +126,7 @@ fn allocated(cp: &ControlPlane, pod: &Value) -> BTreeSet<String> {
                 .iter()
                 .flat_map(|s| s["spec"]["devices"].as_array().unwrap())
                 .find(|d| d["name"] == r["device"])
-                .map(|d| {
-                    d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
-                        .as_str()
-                        .unwrap()
-                        .to_string()
-                })
+                .map(pci_bus_id)
                 .unwrap_or_else(|| panic!("{} is in no slice", r["device"]))
         })
         .collect()
@@ -259,12 +262,7 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
         .unwrap()
         .iter()
         .flat_map(|s| s["spec"]["devices"].as_array().unwrap())
-        .map(|d| {
-            d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+        .map(pci_bus_id)
         .collect();
     assert_eq!(
         published,
@@ -333,12 +331,7 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| {
-            d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+        .map(pci_bus_id)
         .collect();
     assert_eq!(
         in_metadata, pair,
