@@ -392,7 +392,8 @@ fn driver_kubeconfig(
 
 /// The shipped ValidatingAdmissionPolicy, run by the real API server: the
 /// driver of node A may not create, update or delete node B's slice; B's
-/// driver may; a token that names no node may write none.
+/// driver may; a token that names no node may write none; B's driver may not
+/// write another driver's slice on its own node, nor a pool not its node's.
 #[test]
 fn each_nodes_driver_may_write_only_its_own_nodes_slices() {
     let cp = setup();
@@ -444,6 +445,45 @@ fn each_nodes_driver_may_write_only_its_own_nodes_slices() {
         None,
     )
     .expect("B deletes its own slice");
+    // Another driver's slice on B's own node: B may not create, update or
+    // delete it (the admin creates it, as NVIDIA's driver would have).
+    let mut nvidia: Value =
+        serde_json::from_str(&slice_of("scope-b", "scope-b-gpu.nvidia.com-0")).unwrap();
+    nvidia["spec"]["driver"] = json!("gpu.nvidia.com");
+    let refused = cp
+        .try_kubectl_as(&b, &["create", "-f", "-"], Some(&nvidia.to_string()))
+        .expect_err("B creating gpu.nvidia.com's slice on its own node");
+    assert!(
+        refused.contains("may write only gpu.vp2p.io's ResourceSlices, not gpu.nvidia.com's"),
+        "{refused}"
+    );
+    cp.create(&nvidia.to_string())
+        .expect("the admin creates it");
+    let mut theirs = cp.get_json(&["get", "resourceslice", "scope-b-gpu.nvidia.com-0"]);
+    theirs["spec"]["pool"]["generation"] = json!(2);
+    let refused = cp
+        .try_kubectl_as(&b, &["replace", "-f", "-"], Some(&theirs.to_string()))
+        .expect_err("B updating gpu.nvidia.com's slice");
+    assert!(refused.contains("not gpu.nvidia.com's"), "{refused}");
+    let refused = cp
+        .try_kubectl_as(
+            &b,
+            &["delete", "resourceslice", "scope-b-gpu.nvidia.com-0"],
+            None,
+        )
+        .expect_err("B deleting gpu.nvidia.com's slice");
+    assert!(refused.contains("not gpu.nvidia.com's"), "{refused}");
+    // vp2p's driver, its own node, another pool name: refused too.
+    let mut pool: Value =
+        serde_json::from_str(&slice_of("scope-b", "scope-b-gpu.vp2p.io-9")).unwrap();
+    pool["spec"]["pool"]["name"] = json!("scope-a");
+    let refused = cp
+        .try_kubectl_as(&b, &["create", "-f", "-"], Some(&pool.to_string()))
+        .expect_err("B writing a pool not its node's");
+    assert!(
+        refused.contains("may write only pool scope-b, not scope-a"),
+        "{refused}"
+    );
 }
 
 /// The shipped ClusterRole (host/kubernetes/dra/driver.yaml).
