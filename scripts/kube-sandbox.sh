@@ -46,9 +46,9 @@ up)
     "$bin" up "$dir"
     dir="$(cd "$dir" && pwd)"
     if [ -n "$node" ]; then
-        images="$dir/images"
-        bash "$here/image.sh" ${VP2P_P2P_HOST:+--binary "$VP2P_P2P_HOST"} --out "$images" >/dev/null
-        bash "$here/qemu/node.sh" up "$dir" --image "$images/p2p-host-$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1).oci.tar"
+        # image.sh prints the archives it wrote; the node imports p2p-host's.
+        archive="$(bash "$here/image.sh" ${VP2P_P2P_HOST:+--binary "$VP2P_P2P_HOST"} --out "$dir/images" | grep '/p2p-host-[^/]*\.oci\.tar$')"
+        bash "$here/qemu/node.sh" up "$dir" --image "$archive"
         HELM_CACHE_HOME="$dir/helm/cache" HELM_CONFIG_HOME="$dir/helm/config" HELM_DATA_HOME="$dir/helm/data" \
             "$(dirname "$bin")/helm" install vp2p "$root/host/kubernetes/helm/vp2p" --namespace kube-system \
             --kubeconfig "$dir/admin.kubeconfig" --set 'extraArgs={--gpu-class,0380}' >/dev/null

@@ -45,6 +45,16 @@ pub fn helm() -> PathBuf {
         .join("helm")
 }
 
+/// Helm's CLI with its cache, config and data under `home` (none of the
+/// user's own).
+pub fn helm_command(home: &Path) -> Command {
+    let mut cmd = Command::new(helm());
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    cmd
+}
+
 /// A control plane of `kube-peers control-plane DIR`, stopped when dropped
 /// (and, through `--watch-pid`, when the test process ends).
 pub struct ControlPlane {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::kube::{helm, poll_every, ControlPlane};
+use crate::kube::{helm_command, poll_every, ControlPlane};
 use crate::{binary, repo_root};
 
 /// The node's name.
@@ -160,20 +160,38 @@ impl SandboxNode {
         out.lines().map(str::to_string).collect()
     }
 
-    /// Both streams of container `container` of pod `namespace/pod` (uid
-    /// `uid`), as they came, from the kubelet's log files on the node.
-    pub fn container_log(&self, namespace: &str, pod: &str, uid: &str, container: &str) -> String {
+    /// Container `container` of pod `namespace/pod` (uid `uid`) as the
+    /// kubelet's log files on the node hold it: (stream, text) per CRI log
+    /// line (time, stream, tag, text).
+    fn container_lines(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        container: &str,
+    ) -> Vec<(String, String)> {
         let text = self.sh(&format!(
             "cat /var/log/pods/{namespace}_{pod}_{uid}/{container}/*.log"
         ));
         text.lines()
-            .filter_map(|l| Some(format!("{}\n", l.splitn(4, ' ').nth(3)?)))
+            .filter_map(|l| {
+                let mut parts = l.splitn(4, ' ');
+                let (_, stream, _) = (parts.next()?, parts.next()?, parts.next()?);
+                Some((stream.to_string(), parts.next().unwrap_or("").to_string()))
+            })
             .collect()
     }
 
-    /// The stdout of container `container` of pod `namespace/pod` (uid
-    /// `uid`), from the kubelet's log files on the node (CRI log lines:
-    /// time, stream, tag, text).
+    /// Both streams of container `container` of pod `namespace/pod` (uid
+    /// `uid`), as they came.
+    pub fn container_log(&self, namespace: &str, pod: &str, uid: &str, container: &str) -> String {
+        self.container_lines(namespace, pod, uid, container)
+            .into_iter()
+            .map(|(_, text)| text + "\n")
+            .collect()
+    }
+
+    /// The stdout of container `container` of pod `namespace/pod` (uid `uid`).
     pub fn container_stdout(
         &self,
         namespace: &str,
@@ -181,20 +199,10 @@ impl SandboxNode {
         uid: &str,
         container: &str,
     ) -> String {
-        let text = self.sh(&format!(
-            "cat /var/log/pods/{namespace}_{pod}_{uid}/{container}/*.log"
-        ));
-        text.lines()
-            .filter_map(|l| {
-                let mut parts = l.splitn(4, ' ');
-                let (_, stream, _, text) = (
-                    parts.next()?,
-                    parts.next()?,
-                    parts.next()?,
-                    parts.next().unwrap_or(""),
-                );
-                (stream == "stdout").then(|| format!("{text}\n"))
-            })
+        self.container_lines(namespace, pod, uid, container)
+            .into_iter()
+            .filter(|(stream, _)| stream == "stdout")
+            .map(|(_, text)| text + "\n")
             .collect()
     }
 }
@@ -210,16 +218,12 @@ impl Drop for SandboxNode {
 /// told to take the stand-ins' class as GPUs; Helm's stdout.
 pub fn helm_install(cp: &ControlPlane) -> String {
     let kubeconfig = cp.kubeconfig();
-    let home = cp.dir().join("helm");
-    let out = Command::new(helm())
+    let out = helm_command(&cp.dir().join("helm"))
         .args(["install", "vp2p"])
         .arg(repo_root().join("host/kubernetes/helm/vp2p"))
         .args(["--namespace", "kube-system", "--kubeconfig"])
         .arg(&kubeconfig)
         .arg(format!("--set=extraArgs={{--gpu-class,{GPU_CLASS}}}"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
         .output()
         .expect("helm runs");
     assert!(

@@ -8,9 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 
-use p2p_tests::kube::{helm, ControlPlane};
+use p2p_tests::kube::{helm_command, ControlPlane};
 use p2p_tests::{repo_root, yaml_documents};
 use serde_yaml::Value;
 
@@ -20,20 +19,8 @@ fn chart() -> PathBuf {
 
 /// `helm ARGS`: its stdout; it must succeed.
 fn run_helm(args: &[&str]) -> String {
-    let out = Command::new(helm())
+    let out = helm_command(&std::env::temp_dir().join("vp2p-helm"))
         .args(args)
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("vp2p-helm-cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("vp2p-helm-config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("vp2p-helm-data"),
-        )
         .output()
         .expect("helm runs");
     assert!(
