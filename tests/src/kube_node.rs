@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::kube::ControlPlane;
+use crate::kube::{kube_peers, ControlPlane};
 use crate::{binary, fixture_dir};
 
 /// The driver's name in the shipped manifests.
@@ -119,11 +119,59 @@ impl SimNode {
         account: &str,
         extra: &[&str],
     ) -> Self {
+        cp.add_node(name, &[("vp2p.io/gpu-passthrough", "true")]);
+        let token = cp.token("kube-system", account, Some(name));
+        Self::with_token(cp, name, fixture, rdma_nics, &token, extra)
+    }
+
+    /// [`Self::start_with`] as the DaemonSet's pod would run it: a Pod of
+    /// `kube-system/vp2p-dra-driver` bound to the node (no kubelet runs it)
+    /// and a token bound to that Pod, which names the node as the API
+    /// server's pod-bound tokens do, and outlives the Node object (a token
+    /// bound to the Node does not).
+    pub fn start_in_pod(cp: &ControlPlane, name: &str, fixture: &str, extra: &[&str]) -> Self {
+        cp.add_node(name, &[("vp2p.io/gpu-passthrough", "true")]);
+        let pod = format!("vp2p-dra-driver-{name}");
+        let object = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "namespace": "kube-system"},
+            "spec": {"nodeName": name, "serviceAccountName": "vp2p-dra-driver",
+                     "containers": [{"name": "driver", "image": "localhost/vp2p/p2p-host:0.1.0"}]}});
+        cp.create(&object.to_string())
+            .unwrap_or_else(|e| panic!("creating pod {pod}: {e}"));
+        let token = cp
+            .kubectl(&[
+                "create",
+                "token",
+                "vp2p-dra-driver",
+                "-n",
+                "kube-system",
+                "--duration",
+                "2h",
+                "--bound-object-kind",
+                "Pod",
+                "--bound-object-name",
+                &pod,
+            ])
+            .trim()
+            .to_string();
+        let node = Self::with_token(cp, name, fixture, &[], &token, extra);
+        node.wait_published(cp);
+        node
+    }
+
+    /// The node's tree and the driver on it, authenticated with `token`.
+    fn with_token(
+        cp: &ControlPlane,
+        name: &str,
+        fixture: &str,
+        rdma_nics: &[&str],
+        token: &str,
+        extra: &[&str],
+    ) -> Self {
         let tmp = tempfile::tempdir().expect("a temporary directory");
         let tree = vfio_tree(fixture, tmp.path(), rdma_nics);
-        cp.add_node(name, &[("vp2p.io/gpu-passthrough", "true")]);
         let kubeconfig = tmp.path().join("driver.kubeconfig");
-        cp.token_kubeconfig(&cp.token("kube-system", account, Some(name)), &kubeconfig);
+        cp.token_kubeconfig(token, &kubeconfig);
         let mut node = Self {
             name: name.to_string(),
             tree,
@@ -296,6 +344,69 @@ impl SimNode {
 impl Drop for SimNode {
     fn drop(&mut self) {
         self.stop_driver();
+    }
+}
+
+/// `kubectl get resourceslices --watch-only --output-watch-events` for
+/// `node`'s slices, into a file: every event the API server sends.
+pub struct SliceEvents {
+    child: Spawned,
+    file: std::path::PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl SliceEvents {
+    /// Starts watching `node`'s slices.
+    pub fn start(cp: &ControlPlane, node: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("events.json");
+        let child = Command::new(kube_peers())
+            .arg("kubectl")
+            .arg("--kubeconfig")
+            .arg(cp.kubeconfig())
+            .args([
+                "get",
+                "resourceslices",
+                "--watch-only",
+                "--output-watch-events",
+            ])
+            .args(["-o", "json", "--field-selector"])
+            .arg(format!("spec.nodeName={node}"))
+            .stdout(std::fs::File::create(&file).unwrap())
+            .stderr(Stdio::null())
+            .spawn_owned()
+            .expect("kubectl --watch starts");
+        // The watch is open once kubectl has connected; give it that long.
+        std::thread::sleep(Duration::from_secs(2));
+        Self {
+            child,
+            file,
+            _tmp: tmp,
+        }
+    }
+
+    /// The events seen so far, in order (`type` and `object`).
+    pub fn events(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<Value>()
+            .map_while(Result::ok)
+            .collect()
+    }
+
+    /// The event types seen so far, in order.
+    pub fn types(&self) -> Vec<String> {
+        self.events()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+impl Drop for SliceEvents {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

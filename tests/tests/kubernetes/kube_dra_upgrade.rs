@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use p2p_tests::kube::{kube_peers, ControlPlane};
-use p2p_tests::kube_node::{dra_manifests, SimNode, DRIVER};
+use p2p_tests::kube_node::{dra_manifests, SimNode, SliceEvents, DRIVER};
 use p2p_tests::{binary, repo_root};
 use serde_json::{json, Value};
 
@@ -45,61 +45,6 @@ fn at_generation(cp: &ControlPlane, node: &SimNode, g: i64, within: Duration) ->
             (s.len() == 1 && s[0]["spec"]["pool"]["generation"] == json!(g)).then(|| s[0].clone())
         },
     )
-}
-
-/// `kubectl get resourceslices --watch-only --output-watch-events` for
-/// `node`'s slices, into a file: every event the API server sends.
-struct SliceEvents {
-    child: Spawned,
-    file: std::path::PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
-impl SliceEvents {
-    fn start(cp: &ControlPlane, node: &str) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let file = tmp.path().join("events.json");
-        let child = Command::new(kube_peers())
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(cp.kubeconfig())
-            .args([
-                "get",
-                "resourceslices",
-                "--watch-only",
-                "--output-watch-events",
-            ])
-            .args(["-o", "json", "--field-selector"])
-            .arg(format!("spec.nodeName={node}"))
-            .stdout(std::fs::File::create(&file).unwrap())
-            .stderr(Stdio::null())
-            .spawn_owned()
-            .expect("kubectl --watch starts");
-        // The watch is open once kubectl has connected; give it that long.
-        std::thread::sleep(Duration::from_secs(2));
-        Self {
-            child,
-            file,
-            _tmp: tmp,
-        }
-    }
-
-    /// The event types seen so far, in order.
-    fn types(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
-        serde_json::Deserializer::from_str(&text)
-            .into_iter::<Value>()
-            .map_while(Result::ok)
-            .map(|e| e["type"].as_str().unwrap_or_default().to_string())
-            .collect()
-    }
-}
-
-impl Drop for SliceEvents {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A pod on `node` (by its name) asking for one GPU of the driver.

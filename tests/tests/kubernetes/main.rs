@@ -20,6 +20,7 @@ mod kube_boundary;
 mod kube_device_plugin;
 mod kube_dra;
 mod kube_dra_api;
+mod kube_dra_day_two;
 mod kube_dra_load;
 mod kube_dra_upgrade;
 mod kube_kubelet_dra;

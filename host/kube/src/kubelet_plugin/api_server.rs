@@ -64,6 +64,13 @@ pub enum ApiError {
     },
 }
 
+impl ApiError {
+    /// Whether the API server answered 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ApiError::Request { source, .. } if status(source) == Some(404))
+    }
+}
+
 /// A connection to the API server.
 #[derive(Clone)]
 pub struct ApiServer {

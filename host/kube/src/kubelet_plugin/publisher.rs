@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use p2p_allocation::dra::ResourceSlice;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use super::api_server::ApiError;
 use super::driver::DraDriver;
 use super::{api_server, PluginSettings};
 
@@ -34,7 +37,7 @@ fn same_slices(a: &[ResourceSlice], b: &[ResourceSlice]) -> bool {
 /// at once when `devices_changed` is notified, and checking the API
 /// server's copy at once when `api_changed` is notified (an event of the
 /// slices' watch: that check asks the driver nothing), until `stop`; an API
-/// server that fails is retried at the next check. The first publication
+/// server that fails is retried sooner ([`Retry`]). The first publication
 /// adopts the slices of an earlier run: the same names, the next pool
 /// generation.
 pub async fn publish_loop<D: DraDriver>(
@@ -67,17 +70,15 @@ pub async fn publish_loop<D: DraDriver>(
             "adopting the published slices of pool generation {generation}"
         ));
     }
-    let mut owner = None;
+    // The Node that owns the slices, read again before each publication:
+    // a Node deleted and created again has a new uid, and slices owned by
+    // the old one are the garbage collector's to delete.
+    let mut owner: Option<OwnerReference> = None;
     // The slices last published.
     let mut last: Option<Vec<ResourceSlice>> = None;
     let mut api_only = false;
+    let mut retry = Retry::new(resync);
     loop {
-        if owner.is_none() {
-            match api.node_owner(&node).await {
-                Ok(o) => owner = Some(o),
-                Err(e) => log(&format!("the slices' owner: {e} (retried in {resync:?})")),
-            }
-        }
         let next = generation + 1;
         // What to publish, if anything: the driver's slices now, or (on an
         // API event) the last publication again.
@@ -117,31 +118,29 @@ pub async fn publish_loop<D: DraDriver>(
                 log("the API server no longer holds the published slices: publishing again");
             }
             if changed || lost {
-                for s in &mut slices {
-                    s.spec.pool.generation = next;
-                }
-                // The generation advances only once published: a retry after
-                // a failure publishes the same one.
-                match api
-                    .publish(&node, &driver_name, &slices, owner.as_ref())
-                    .await
+                match publish_owned(&api, &node, &driver_name, &mut owner, &mut slices, next).await
                 {
                     Ok(()) => {
                         generation = next;
                         health.set_published();
                         let devices: usize = slices.iter().map(|s| s.spec.devices.len()).sum();
                         log(&format!(
-                            "published {devices} device(s) in {} slice(s), pool generation {generation}",
-                            slices.len()
+                            "published {devices} device(s) in {} slice(s), pool generation {generation}, owned by Node {node} (uid {})",
+                            slices.len(),
+                            owner.as_ref().map(|o| o.uid.as_str()).unwrap_or_default()
                         ));
                         last = Some(slices);
+                        retry.succeeded();
                     }
-                    Err(e) => log(&format!("publishing: {e} (retried in {resync:?})")),
+                    Err(e) => {
+                        retry.failed();
+                        log(&format!("publishing: {e} (retried in {:?})", retry.after()));
+                    }
                 }
             }
         }
         let woken = tokio::select! {
-            _ = tokio::time::sleep(resync) => Woken::Timer,
+            _ = tokio::time::sleep(retry.after()) => Woken::Timer,
             _ = devices_changed.notified() => Woken::Devices,
             _ = api_changed.notified() => Woken::Api,
             _ = stop.wait_for(|s| *s) => break,
@@ -150,6 +149,82 @@ pub async fn publish_loop<D: DraDriver>(
             tokio::time::sleep(SETTLE).await;
         }
         api_only = woken == Woken::Api;
+    }
+}
+
+/// Why a publication was not made.
+#[derive(Debug, thiserror::Error)]
+enum NotPublished {
+    /// The Node is not there (deleted; perhaps created again soon): slices
+    /// without an owner would outlive it, so none are written.
+    #[error("Node {0} not found: its slices are published once it exists again")]
+    NoNode(String),
+    /// The API server failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
+/// Publishes `slices` at pool generation `next`, owned by the Node `node`
+/// as the API server holds it now (`owner` updated; a failure to read it
+/// keeps the uid read before).
+async fn publish_owned(
+    api: &api_server::ApiServer,
+    node: &str,
+    driver: &str,
+    owner: &mut Option<OwnerReference>,
+    slices: &mut [ResourceSlice],
+    next: i64,
+) -> Result<(), NotPublished> {
+    match api.node_owner(node).await {
+        Ok(o) => *owner = Some(o),
+        Err(e) if e.is_not_found() => {
+            *owner = None;
+            return Err(NotPublished::NoNode(node.to_string()));
+        }
+        Err(e) if owner.is_none() => return Err(e.into()),
+        Err(_) => {}
+    }
+    for s in slices.iter_mut() {
+        s.spec.pool.generation = next;
+    }
+    // The generation advances only once published: a retry after a failure
+    // publishes the same one.
+    api.publish(node, driver, slices, owner.as_ref()).await?;
+    Ok(())
+}
+
+/// When the publisher looks again: every `resync`, and after a failure
+/// sooner, from one second doubling up to half a minute (or `resync`).
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    resync: Duration,
+    failed: Option<Duration>,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MOST: Duration = Duration::from_secs(30);
+
+    fn new(resync: Duration) -> Self {
+        Self {
+            resync,
+            failed: None,
+        }
+    }
+
+    fn after(&self) -> Duration {
+        self.failed.unwrap_or(self.resync).min(self.resync)
+    }
+
+    fn failed(&mut self) {
+        self.failed = Some(match self.failed {
+            None => Self::FIRST,
+            Some(d) => (d * 2).min(Self::MOST),
+        });
+    }
+
+    fn succeeded(&mut self) {
+        self.failed = None;
     }
 }
 
