@@ -10,11 +10,10 @@
 //! driver write only its own node's slices; and every verb of the shipped
 //! ClusterRole is one the driver needs.
 
-use p2p_tests::process::{SpawnOwned, Spawned};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use p2p_tests::kube::{kube_peers, ControlPlane};
+use p2p_tests::kube::ControlPlane;
 use p2p_tests::kube_node::{dra_manifests, SimNode, SliceEvents, DRIVER};
 use p2p_tests::{binary, repo_root};
 use serde_json::{json, Value};
