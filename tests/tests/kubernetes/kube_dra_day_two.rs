@@ -93,3 +93,61 @@ fn a_node_created_again_gets_its_slices_back_once_owned_by_the_new_node() {
     assert_eq!(owner_uid(&seen.last().unwrap()["object"]), new);
     assert_eq!(node.terminate(), Some(0));
 }
+
+/// What the driver's token may do, as the real authorizer answers
+/// `kubectl auth can-i` for it: exactly the reads and writes of its calls
+/// (host/kube/src/kubelet_plugin/api_server.rs), nothing else. Claims and
+/// Nodes are readable by name in every namespace (RBAC has no rule scoped
+/// to "allocated on my node" or "my Node", see docs/kubevirt.md), but not
+/// listable or watchable: a compromised driver cannot enumerate them.
+#[test]
+fn the_drivers_token_reads_no_more_than_it_needs() {
+    let cp = setup();
+    cp.add_node("scope-read", &[("vp2p.io/gpu-passthrough", "true")]);
+    let tmp = tempfile::tempdir().unwrap();
+    let kc = tmp.path().join("driver.kubeconfig");
+    cp.token_kubeconfig(
+        &cp.token("kube-system", "vp2p-dra-driver", Some("scope-read")),
+        &kc,
+    );
+    let may = |verb: &str, resource: &str| {
+        cp.try_kubectl_as(&kc, &["auth", "can-i", verb, resource, "-A"], None)
+            .is_ok()
+    };
+    let allowed = [
+        ("get", "resourceclaims.resource.k8s.io"),
+        ("get", "nodes"),
+        ("list", "resourceslices.resource.k8s.io"),
+        ("watch", "resourceslices.resource.k8s.io"),
+        ("get", "resourceslices.resource.k8s.io"),
+        ("create", "resourceslices.resource.k8s.io"),
+        ("update", "resourceslices.resource.k8s.io"),
+        ("delete", "resourceslices.resource.k8s.io"),
+    ];
+    let refused = [
+        ("list", "resourceclaims.resource.k8s.io"),
+        ("watch", "resourceclaims.resource.k8s.io"),
+        ("update", "resourceclaims.resource.k8s.io/status"),
+        ("list", "nodes"),
+        ("watch", "nodes"),
+        ("patch", "nodes"),
+        ("get", "pods"),
+        ("list", "pods"),
+        ("get", "secrets"),
+        ("list", "deviceclasses.resource.k8s.io"),
+        ("patch", "resourceslices.resource.k8s.io"),
+        ("deletecollection", "resourceslices.resource.k8s.io"),
+    ];
+    let wrong: Vec<String> = allowed
+        .iter()
+        .filter(|(v, r)| !may(v, r))
+        .map(|(v, r)| format!("refused {v} {r}"))
+        .chain(
+            refused
+                .iter()
+                .filter(|(v, r)| may(v, r))
+                .map(|(v, r)| format!("allowed {v} {r}")),
+        )
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:?}");
+}
