@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::kube::{kube_peers, ControlPlane};
+use crate::kube::ControlPlane;
 use crate::{binary, fixture_dir};
 
 /// The driver's name in the shipped manifests.
@@ -259,11 +259,30 @@ impl SimNode {
         std::fs::read_to_string(self._tmp.path().join("driver.log")).unwrap_or_default()
     }
 
+    /// Waits up to `within` for the driver to exit by itself; its exit
+    /// code (None: still running, or killed by a signal).
+    pub fn exited(&mut self, within: Duration) -> Option<i32> {
+        let start = std::time::Instant::now();
+        let c = self.driver.as_mut()?;
+        while start.elapsed() < within {
+            if let Some(s) = c.try_wait().expect("waiting for the driver") {
+                self.driver = None;
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// The driver's checkpoint file.
+    pub fn checkpoint(&self) -> PathBuf {
+        self.kubelet
+            .join(format!("plugins/{DRIVER}/checkpoint.json"))
+    }
+
     /// The claims the driver's checkpoint records, by uid.
     pub fn recorded_claims(&self) -> serde_json::Map<String, Value> {
-        let p = self
-            .kubelet
-            .join(format!("plugins/{DRIVER}/checkpoint.json"));
+        let p = self.checkpoint();
         let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         let cp: Value = serde_json::from_str(&text).expect("the checkpoint is JSON");
         cp["claims"].as_object().cloned().unwrap_or_default()
@@ -344,69 +363,6 @@ impl SimNode {
 impl Drop for SimNode {
     fn drop(&mut self) {
         self.stop_driver();
-    }
-}
-
-/// `kubectl get resourceslices --watch-only --output-watch-events` for
-/// `node`'s slices, into a file: every event the API server sends.
-pub struct SliceEvents {
-    child: Spawned,
-    file: std::path::PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
-impl SliceEvents {
-    /// Starts watching `node`'s slices.
-    pub fn start(cp: &ControlPlane, node: &str) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let file = tmp.path().join("events.json");
-        let child = Command::new(kube_peers())
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(cp.kubeconfig())
-            .args([
-                "get",
-                "resourceslices",
-                "--watch-only",
-                "--output-watch-events",
-            ])
-            .args(["-o", "json", "--field-selector"])
-            .arg(format!("spec.nodeName={node}"))
-            .stdout(std::fs::File::create(&file).unwrap())
-            .stderr(Stdio::null())
-            .spawn_owned()
-            .expect("kubectl --watch starts");
-        // The watch is open once kubectl has connected; give it that long.
-        std::thread::sleep(Duration::from_secs(2));
-        Self {
-            child,
-            file,
-            _tmp: tmp,
-        }
-    }
-
-    /// The events seen so far, in order (`type` and `object`).
-    pub fn events(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
-        serde_json::Deserializer::from_str(&text)
-            .into_iter::<Value>()
-            .map_while(Result::ok)
-            .collect()
-    }
-
-    /// The event types seen so far, in order.
-    pub fn types(&self) -> Vec<String> {
-        self.events()
-            .iter()
-            .map(|e| e["type"].as_str().unwrap_or_default().to_string())
-            .collect()
-    }
-}
-
-impl Drop for SliceEvents {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -20,6 +20,7 @@ pub mod emitted;
 pub mod go_peer;
 pub mod grpc_wire;
 pub mod kube;
+pub mod kube_claims;
 pub mod kube_node;
 pub mod kubelet;
 pub mod kubernetes_validate;

@@ -1,13 +1,16 @@
 //! What an operator meets on day two, against the real kube-apiserver,
 //! garbage collector and scheduler (v1.37.2, `kube-peers`), the driver run
 //! as the DaemonSet's pod would (a token bound to a Pod on its node): a Node
-//! deleted and created again under a running driver.
+//! deleted and created again under a running driver; what the driver's
+//! token may read; a damaged or newer checkpoint and `--recover`; a claim
+//! deleted while the driver was down; a claim for administrative access.
 
 use std::time::Duration;
 
 use p2p_tests::kube::ControlPlane;
-use p2p_tests::kube_node::{dra_manifests, SimNode, SliceEvents};
-use serde_json::Value;
+use p2p_tests::kube_claims::{delete_pod, kubelet_call, one_gpu_pod, scheduled, SliceEvents};
+use p2p_tests::kube_node::{dra_manifests, SimNode, DRIVER};
+use serde_json::{json, Value};
 
 const NESTED: &str = "qemu-11.1-nested-switch-iommu-on";
 const NS: &str = "day-two";
@@ -150,4 +153,220 @@ fn the_drivers_token_reads_no_more_than_it_needs() {
         )
         .collect();
     assert!(wrong.is_empty(), "{wrong:?}");
+}
+
+/// A claim prepared, its pod's name `name` in namespace NS on `node`: the
+/// claim's uid and its CDI spec.
+fn prepared(cp: &ControlPlane, node: &SimNode, name: &str) -> (String, std::path::PathBuf) {
+    cp.apply(&one_gpu_pod(NS, name, &node.name).to_string())
+        .expect("the pod and its claim");
+    scheduled(cp, NS, name, &node.name);
+    let (uid, answer) = kubelet_call(cp, node, NS, name, false);
+    answer.unwrap_or_else(|e| panic!("prepare {name}: {e}"));
+    let spec = node.cdi.join(format!("{DRIVER}-{uid}.json"));
+    assert!(spec.exists(), "{}", spec.display());
+    (uid, spec)
+}
+
+/// Waits until the driver's log holds `text`.
+fn logged(cp: &ControlPlane, node: &SimNode, text: &str) {
+    let start = std::time::Instant::now();
+    while !node.driver_log().contains(text) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the driver did not say {text:?} within 30 s; it said:\n{}",
+            node.driver_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = cp;
+}
+
+/// A truncated checkpoint and one of a newer version each stop the driver
+/// at start with an error naming the file (the byte where reading stopped)
+/// and `--recover`; `--recover` moves the file aside, releases the claim it
+/// still records (its CDI spec and metadata removed), removes a CDI spec no
+/// record names, and the driver serves with an empty checkpoint.
+#[test]
+fn a_damaged_or_newer_checkpoint_is_named_and_recover_starts_clean() {
+    let cp = setup();
+    let mut node = SimNode::start_in_pod(cp, "ckpt-a", NESTED, &[]);
+    let (uid, spec) = prepared(cp, &node, "ckpt-a-vm");
+    node.stop_driver();
+    let path = node.checkpoint();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let half = text.len() / 2;
+    std::fs::write(&path, &text[..half]).unwrap();
+    node.start_driver(&[]);
+    assert_eq!(
+        node.exited(Duration::from_secs(30)),
+        Some(1),
+        "{}",
+        node.driver_log()
+    );
+    let log = node.driver_log();
+    let named = format!(
+        "the checkpoint {} is damaged at byte {half} (line ",
+        path.display()
+    );
+    assert!(
+        log.contains(&named) && log.contains("run the driver once with --recover"),
+        "{log}"
+    );
+
+    let mut newer: Value = serde_json::from_str(&text).unwrap();
+    newer["version"] = json!(2);
+    std::fs::write(&path, newer.to_string()).unwrap();
+    node.start_driver(&[]);
+    assert_eq!(
+        node.exited(Duration::from_secs(30)),
+        Some(1),
+        "{}",
+        node.driver_log()
+    );
+    let log = node.driver_log();
+    assert!(
+        log.contains(&format!(
+            "the checkpoint {} is of version 2, written by a newer driver (this driver reads version 1): run that driver again",
+            path.display()
+        )),
+        "{log}"
+    );
+    // A spec no record names (a record the file lost).
+    let orphan = node.cdi.join(format!("{DRIVER}-0d0d0d0d-lost.json"));
+    std::fs::copy(&spec, &orphan).unwrap();
+    node.start_driver(&["--recover"]);
+    logged(cp, &node, "published 3 device(s)");
+    let log = node.driver_log();
+    assert!(
+        log.contains(&format!(
+            "--recover: released claim {NS}/ckpt-a-vm (uid {uid})"
+        )),
+        "{log}"
+    );
+    assert!(log.contains("(no claim records it)"), "{log}");
+    assert!(!spec.exists() && !orphan.exists());
+    assert!(!node.dir().join("metadata").join(&uid).exists());
+    assert!(node.recorded_claims().is_empty());
+    let aside: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("checkpoint.json.recovered-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(aside[0].path()).unwrap(),
+        newer.to_string()
+    );
+    assert_eq!(node.terminate(), Some(0));
+    delete_pod(cp, NS, "ckpt-a-vm");
+}
+
+/// A claim prepared, the driver stopped, the pod and claim deleted: the
+/// next start finds the claim gone from the API server and releases it
+/// before serving (its spec removed, the checkpoint empty).
+#[test]
+fn a_claim_deleted_while_the_driver_was_down_is_released_at_start() {
+    let cp = setup();
+    let mut node = SimNode::start_in_pod(cp, "reconcile-a", NESTED, &[]);
+    let (uid, spec) = prepared(cp, &node, "reconcile-a-vm");
+    node.stop_driver();
+    delete_pod(cp, NS, "reconcile-a-vm");
+    cp.wait_for("the claim gone", Duration::from_secs(60), || {
+        cp.try_kubectl(&["get", "resourceclaim", "reconcile-a-vm", "-n", NS])
+            .is_err()
+            .then_some(())
+    });
+    node.start_driver(&[]);
+    logged(
+        cp,
+        &node,
+        &format!("claim {NS}/reconcile-a-vm (uid {uid}): gone from the API server while the driver was away: releasing it"),
+    );
+    logged(cp, &node, "published 3 device(s)");
+    assert!(!spec.exists());
+    assert!(node.recorded_claims().is_empty());
+    assert_eq!(node.terminate(), Some(0));
+}
+
+/// A claim for administrative access (`adminAccess: true`, in a namespace
+/// labelled for it, as Kubernetes requires) to every GPU of a node while a
+/// VM's claim holds one: the scheduler allocates them all; prepare binds
+/// nothing and opens nothing (no VFIO device node in its CDI spec: a group
+/// is the VM's), gives the device metadata of all three, and the VM's claim
+/// stays prepared.
+#[test]
+fn a_claim_for_admin_access_gets_metadata_and_no_vfio_group() {
+    let cp = setup();
+    let node = SimNode::start_in_pod(cp, "admin-a", NESTED, &[]);
+    let (_, vm_spec) = prepared(cp, &node, "admin-a-vm");
+    let ns = "day-two-admin";
+    cp.kubectl(&["create", "namespace", ns]);
+    cp.kubectl(&[
+        "label",
+        "namespace",
+        ns,
+        "resource.kubernetes.io/admin-access=true",
+    ]);
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+         "metadata": {"name": "monitor", "namespace": ns},
+         "spec": {"devices": {"requests": [
+             {"name": "gpus", "exactly": {"deviceClassName": "vp2p-gpu",
+                                          "allocationMode": "All", "adminAccess": true}}]}}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "monitor", "namespace": ns},
+         "spec": {
+             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                 "nodeSelectorTerms": [{"matchFields": [
+                     {"key": "metadata.name", "operator": "In", "values": ["admin-a"]}]}]}}},
+             "resourceClaims": [{"name": "gpus", "resourceClaimName": "monitor"}],
+             "containers": [{"name": "monitor", "image": "registry.invalid/monitor:0",
+                             "resources": {"claims": [{"name": "gpus"}]}}]}}]});
+    cp.apply(&objects.to_string())
+        .expect("the admin claim and its pod");
+    let claim = cp.wait_for("the admin claim allocated", Duration::from_secs(60), || {
+        let c = cp.get_json(&["get", "resourceclaim", "monitor", "-n", ns]);
+        (c["status"]["allocation"]["devices"]["results"]
+            .as_array()
+            .is_some_and(|r| r.len() == 3))
+        .then_some(c)
+    });
+    for r in claim["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(r["adminAccess"], json!(true), "{r}");
+    }
+    let (uid, answer) = kubelet_call(cp, &node, ns, "monitor", false);
+    let ids = answer.expect("the admin claim prepared");
+    assert_eq!(ids, [format!("{DRIVER}/vfio={uid}-gpus-metadata")]);
+    let spec: Value = serde_json::from_str(
+        &std::fs::read_to_string(node.cdi.join(format!("{DRIVER}-{uid}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert!(!spec.to_string().contains("/dev/vfio"), "{spec:#}");
+    let entry = &node.recorded_claims()[&uid];
+    assert_eq!(entry["bound"], json!([]));
+    let metadata: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            node.dir()
+                .join("metadata")
+                .join(&uid)
+                .join("gpus")
+                .join(format!("{DRIVER}-metadata.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        metadata["requests"][0]["devices"].as_array().unwrap().len(),
+        3
+    );
+    assert!(vm_spec.exists(), "the VM's claim stays prepared");
+    let (_, gone) = kubelet_call(cp, &node, ns, "monitor", true);
+    gone.expect("unprepared");
 }

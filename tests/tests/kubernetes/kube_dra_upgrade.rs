@@ -14,7 +14,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use p2p_tests::kube::ControlPlane;
-use p2p_tests::kube_node::{dra_manifests, SimNode, SliceEvents, DRIVER};
+use p2p_tests::kube_claims::{delete_pod, kubelet_call, one_gpu_pod, scheduled, SliceEvents};
+use p2p_tests::kube_node::{dra_manifests, SimNode, DRIVER};
 use p2p_tests::{binary, repo_root};
 use serde_json::{json, Value};
 
@@ -46,97 +47,6 @@ fn at_generation(cp: &ControlPlane, node: &SimNode, g: i64, within: Duration) ->
     )
 }
 
-/// A pod on `node` (by its name) asking for one GPU of the driver.
-fn one_gpu_pod(name: &str, node: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-         "metadata": {"name": name, "namespace": NS},
-         "spec": {"devices": {"requests": [
-             {"name": "gpu", "exactly": {"deviceClassName": "vp2p-gpu"}}]}}},
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
-         "spec": {
-             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                 "nodeSelectorTerms": [{"matchFields": [
-                     {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
-             "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-             "containers": [{"name": "compute", "image": "registry.invalid/virt-launcher:0",
-                             "resources": {"claims": [{"name": "gpu"}]}}]}}]})
-}
-
-/// Waits until the scheduler bound pod `name` to `node` with its claim
-/// allocated from the node's pool; panics with the scheduler's reason.
-fn scheduled(cp: &ControlPlane, name: &str, node: &str) {
-    cp.wait_for(
-        &format!("pod {name} scheduled on {node} with a GPU allocated"),
-        Duration::from_secs(60),
-        || {
-            let pod = cp.get_json(&["get", "pod", name, "-n", NS]);
-            let claim = cp.get_json(&["get", "resourceclaim", name, "-n", NS]);
-            let pool = &claim["status"]["allocation"]["devices"]["results"][0]["pool"];
-            (pod["spec"]["nodeName"] == node && pool == node).then_some(())
-        },
-    );
-}
-
-/// Deletes pod and claim `name` (forced: no kubelet confirms).
-fn delete_pod(cp: &ControlPlane, name: &str) {
-    for kind in ["pod", "resourceclaim"] {
-        cp.kubectl(&[
-            "delete",
-            kind,
-            name,
-            "-n",
-            NS,
-            "--grace-period=0",
-            "--force",
-            "--wait=false",
-        ]);
-    }
-}
-
-/// The kubelet's NodePrepareResources (or, with `unprepare`, its
-/// NodeUnprepareResources) for claim `name` through `node`'s DRA socket, as
-/// the kubelet sends it after the driver registered again; the claim's uid
-/// and its answer (the CDI ids, or the error).
-fn kubelet_call(
-    cp: &ControlPlane,
-    node: &SimNode,
-    name: &str,
-    unprepare: bool,
-) -> (String, Result<Vec<String>, String>) {
-    let claim = cp.get_json(&["get", "resourceclaim", name, "-n", NS]);
-    let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
-    let socket = node.kubelet.join(format!("plugins/{DRIVER}/dra.sock"));
-    // The socket is there once the restarted driver serves.
-    cp.wait_for("the DRA socket", Duration::from_secs(30), || {
-        socket.exists().then_some(())
-    });
-    let answer = p2p_tests::dra_node::rt().block_on(async {
-        let mut dra = p2p_tests::dra_kubelet::Dra::v1(&socket).await;
-        dra.timeout = Some(Duration::from_secs(45));
-        if unprepare {
-            let u = dra.unprepare(&[(NS, name, &uid)]).await.expect("answered");
-            match u[&uid].as_str() {
-                "" => Ok(Vec::new()),
-                e => Err(e.to_string()),
-            }
-        } else {
-            let a = dra.prepare(&[(NS, name, &uid)]).await.expect("answered");
-            let entry = &a[&uid];
-            if entry.error.is_empty() {
-                Ok(entry
-                    .devices
-                    .iter()
-                    .flat_map(|d| d.cdi_ids.clone())
-                    .collect())
-            } else {
-                Err(entry.error.clone())
-            }
-        }
-    });
-    (uid, answer)
-}
-
 /// Ten rolling restarts (SIGTERM, then start again, as a DaemonSet's
 /// update does) with a claim prepared across all of them: the slice stays
 /// published across each (the API server sends no DELETED event), a pod
@@ -154,10 +64,10 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
     let uid = first["metadata"]["uid"].clone();
     let node_uid = cp.get_json(&["get", "node", "upgrade-a"])["metadata"]["uid"].clone();
     // A VM's pod running across the restarts: its claim prepared once.
-    cp.apply(&one_gpu_pod("held", "upgrade-a").to_string())
+    cp.apply(&one_gpu_pod(NS, "held", "upgrade-a").to_string())
         .expect("the pod and its claim");
-    scheduled(cp, "held", "upgrade-a");
-    let (held_uid, held) = kubelet_call(cp, &node, "held", false);
+    scheduled(cp, NS, "held", "upgrade-a");
+    let (held_uid, held) = kubelet_call(cp, &node, NS, "held", false);
     let held = held.expect("the held claim is prepared");
     let spec = node.cdi.join(format!("{DRIVER}-{held_uid}.json"));
     let spec_written = std::fs::metadata(&spec).unwrap().modified().unwrap();
@@ -177,9 +87,9 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
         );
         // While the driver is down, the scheduler still sees the devices.
         let pod = format!("during-restart-{round}");
-        cp.apply(&one_gpu_pod(&pod, "upgrade-a").to_string())
+        cp.apply(&one_gpu_pod(NS, &pod, "upgrade-a").to_string())
             .expect("the pod and its claim");
-        scheduled(cp, &pod, "upgrade-a");
+        scheduled(cp, NS, &pod, "upgrade-a");
         node.start_driver(&[]);
         let adopted = at_generation(cp, &node, round + 1, Duration::from_secs(30));
         assert_eq!(adopted["metadata"]["uid"], uid, "round {round}: adopted");
@@ -191,7 +101,7 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
         );
         assert!(node.driver_log().contains("adopting the published slices"));
         // The held claim: the same answer, from the checkpoint.
-        let (_, again) = kubelet_call(cp, &node, "held", false);
+        let (_, again) = kubelet_call(cp, &node, NS, "held", false);
         assert_eq!(again.as_ref(), Ok(&held), "round {round}: the held claim");
         assert_eq!(
             std::fs::metadata(&spec).unwrap().modified().unwrap(),
@@ -199,15 +109,15 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
             "round {round}: the held claim's CDI spec is not written again"
         );
         // The new pod's claim: prepared by the restarted driver, then given back.
-        let (new_uid, new) = kubelet_call(cp, &node, &pod, false);
+        let (new_uid, new) = kubelet_call(cp, &node, NS, &pod, false);
         assert!(new.is_ok(), "round {round}: {new:?}");
         let claims = node.recorded_claims();
         assert_eq!(claims.len(), 2, "round {round}: {claims:?}");
         assert_eq!(claims[&held_uid]["state"], "prepared");
         assert_eq!(claims[&new_uid]["state"], "prepared");
-        let (_, gone) = kubelet_call(cp, &node, &pod, true);
+        let (_, gone) = kubelet_call(cp, &node, NS, &pod, true);
         assert_eq!(gone, Ok(Vec::new()), "round {round}");
-        delete_pod(cp, &pod);
+        delete_pod(cp, NS, &pod);
     }
     let types = events.types();
     assert!(
@@ -218,11 +128,11 @@ fn ten_rolling_restarts_never_withdraw_the_nodes_devices() {
         types.iter().filter(|t| *t == "MODIFIED").count() >= 10,
         "one adoption per restart at least: {types:?}"
     );
-    let (_, gone) = kubelet_call(cp, &node, "held", true);
+    let (_, gone) = kubelet_call(cp, &node, NS, "held", true);
     assert_eq!(gone, Ok(Vec::new()));
     assert!(node.recorded_claims().is_empty(), "nothing left recorded");
     assert!(!spec.exists(), "the held claim's spec removed at unprepare");
-    delete_pod(cp, "held");
+    delete_pod(cp, NS, "held");
     assert_eq!(node.terminate(), Some(0));
 }
 
@@ -517,8 +427,8 @@ fn lifecycle(cp: &ControlPlane, node: &str, account: &str, limit: Duration) -> O
         return Some("put back an edited slice".into());
     }
     let pod = format!("{node}-vm");
-    cp.apply(&one_gpu_pod(&pod, node).to_string()).unwrap();
-    scheduled(cp, &pod, node);
+    cp.apply(&one_gpu_pod(NS, &pod, node).to_string()).unwrap();
+    scheduled(cp, NS, &pod, node);
     let uid = cp.get_json(&["get", "resourceclaim", &pod, "-n", NS])["metadata"]["uid"]
         .as_str()
         .unwrap()
@@ -533,7 +443,7 @@ fn lifecycle(cp: &ControlPlane, node: &str, account: &str, limit: Duration) -> O
             dra.prepare(&[(NS, pod.as_str(), uid.as_str())]).await
         })
         .expect("NodePrepareResources answers");
-    delete_pod(cp, &pod);
+    delete_pod(cp, NS, &pod);
     if !answer[&uid].error.is_empty() {
         return Some(format!("prepare: {}", answer[&uid].error));
     }

@@ -122,6 +122,13 @@ pub struct DriverArgs {
     /// published.
     #[arg(long, value_name = "PORT")]
     healthcheck_port: Option<u16>,
+    /// Start from a checkpoint that does not read (damaged, or of another
+    /// version): give back what it still records (functions to their
+    /// drivers, CDI specs, device metadata), move it aside as
+    /// <checkpoint>.recovered-<time> and start with an empty one. Drain the
+    /// node first.
+    #[arg(long)]
+    recover: bool,
     /// Delete this node's ResourceSlices of the driver from the API server
     /// and exit (uninstall: a stopped driver leaves them published).
     #[arg(long, conflicts_with = "claims_dir")]
@@ -197,6 +204,7 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
     s.cdi_dir = args.cdi_dir;
     s.metadata_dir = args.metadata_dir;
     s.bind_timeout = std::time::Duration::from_millis(args.bind_timeout_ms);
+    s.recover = args.recover;
     s.plugin.api_timeout = std::time::Duration::from_millis(args.api_timeout_ms.max(1));
     s.plugin.healthcheck_port = args.healthcheck_port;
     if let Some(p) = args.registration_socket {

@@ -21,7 +21,7 @@ pub type CheckpointFile = kubelet_plugin::checkpoint::CheckpointFile<Entry>;
 
 /// The checkpoint at `path`; an absent file is an empty checkpoint.
 pub fn load(path: &std::path::Path) -> Result<Checkpoint, String> {
-    Checkpoint::load(path, VERSION)
+    Checkpoint::load(path, VERSION).map_err(|e| e.to_string())
 }
 
 /// Where a claim's preparation stands.
@@ -68,6 +68,9 @@ pub struct RecordedDevice {
     pub bdf: String,
     /// The CDI device ids the runtime adds for it.
     pub cdi_ids: Vec<String>,
+    /// Allocated for administrative access: nothing bound, no device node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
 }
 
 impl RecordedDevice {

@@ -40,6 +40,20 @@ pub fn write(
     let mut devices = Vec::new();
     let mut nodes = Vec::new();
     for r in resolved {
+        if r.alloc.is_admin() {
+            // Administrative access changes nothing and opens nothing: a
+            // VFIO group is one process's at a time (the VM's), so the
+            // device is described by its metadata only.
+            devices.push(RecordedDevice {
+                request: r.alloc.request.clone(),
+                pool: r.alloc.pool.clone(),
+                device: r.alloc.device.clone(),
+                bdf: r.bdf.to_string(),
+                cdi_ids: Vec::new(),
+                admin_access: true,
+            });
+            continue;
+        }
         let edits = if s.iommufd {
             let cdev = bus.vfio_cdev(r.bdf).ok_or_else(|| {
                 ClaimError(format!(
@@ -67,6 +81,7 @@ pub fn write(
                 driver,
                 &cdi::device_name(&claim.uid, &r.alloc.device),
             )],
+            admin_access: false,
         });
     }
     let mut files = Vec::new();
@@ -132,7 +147,7 @@ fn metadata(object: &ResourceClaim, request: &str, devices: &[&Resolved]) -> ser
     let mut doc = json!({
         "kind": "DeviceMetadata",
         "apiVersion": "metadata.resource.k8s.io/v1alpha1",
-        "metadata": {"name": m.name, "namespace": m.namespace, "uid": m.uid, "generation": 1},
+        "metadata": {"name": m.name, "namespace": m.namespace, "uid": m.uid, "generation": m.generation},
         "requests": [{
             "name": request,
             "devices": devices.iter().map(|r| json!({
@@ -150,4 +165,27 @@ fn metadata(object: &ResourceClaim, request: &str, devices: &[&Resolved]) -> ser
         doc["podClaimName"] = json!(p);
     }
     doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The metadata's `metadata` is the claim's own, generation included
+    /// (KEP-5304's DeviceMetadata carries the claim's ObjectMeta fields; the
+    /// API server raises a claim's generation, for example when its deletion
+    /// is requested while a finalizer holds it).
+    #[test]
+    fn the_metadata_carries_the_claims_generation() {
+        let claim: ResourceClaim = serde_json::from_value(json!({
+            "metadata": {"name": "vm", "namespace": "vms", "uid": "u1", "generation": 3},
+            "status": {}
+        }))
+        .unwrap();
+        let doc = metadata(&claim, "gpu", &[]);
+        assert_eq!(
+            doc["metadata"],
+            json!({"name": "vm", "namespace": "vms", "uid": "u1", "generation": 3})
+        );
+    }
 }

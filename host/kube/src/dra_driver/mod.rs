@@ -9,7 +9,8 @@
 //! [`prepare`] is the [`Driver`] (the layer's [`DraDriver`]),
 //! [`allocation`] a claim's devices resolved against the publication,
 //! [`claim_files`] what it writes, [`checkpoint`] what it records, [`vfio`]
-//! binding, [`cdi`] the spec, [`uevents`] the kernel's device events that
+//! binding, [`cdi`] the spec, [`recovery`] what a restart, a reboot or a
+//! damaged checkpoint leaves, [`uevents`] the kernel's device events that
 //! wake the publisher.
 //!
 //! [`DraDriver`]: crate::kubelet_plugin::DraDriver
@@ -20,6 +21,7 @@ pub mod checkpoint;
 pub mod claim_files;
 pub mod prepare;
 pub mod publication;
+pub mod recovery;
 pub mod uevents;
 pub mod vfio;
 
@@ -61,6 +63,9 @@ pub struct Settings {
     pub metadata_dir: PathBuf,
     /// How long a bind may take to show.
     pub bind_timeout: Duration,
+    /// Start from what the checkpoint still records, released, the file
+    /// moved aside (`--recover`).
+    pub recover: bool,
 }
 
 impl Settings {
@@ -88,6 +93,7 @@ impl Settings {
             cdi_dir: PathBuf::from("/var/run/cdi"),
             metadata_dir: PathBuf::from("/var/run/vp2p/dra-metadata"),
             bind_timeout: Duration::from_secs(10),
+            recover: false,
         }
     }
 }

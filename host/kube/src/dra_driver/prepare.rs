@@ -20,7 +20,7 @@ use p2p_topology::iommu_groups::leaves_group_viable;
 use p2p_topology::{Bdf, IommuGroup};
 
 use super::allocation::{resolve, Resolved};
-use super::checkpoint::{self, Bound, Checkpoint, CheckpointFile, Entry, State};
+use super::checkpoint::{Bound, Checkpoint, CheckpointFile, Entry, State};
 use super::publication::LastBuilt;
 use super::vfio::{PciBus, VFIO_PCI};
 use super::{cdi, claim_files, Settings};
@@ -59,8 +59,8 @@ impl Driver {
     /// rolled back by the next call that names it), and the number of
     /// claims it records told.
     pub fn new(settings: Settings, claims: Box<dyn ClaimSource>) -> Result<Self, String> {
-        let path = &settings.plugin.checkpoint;
-        let checkpoint = CheckpointFile::open(path, checkpoint::VERSION)?;
+        let path = settings.plugin.checkpoint.clone();
+        let (checkpoint, recovering) = super::recovery::open(&settings)?;
         let root = settings
             .reader
             .files(&settings.sysfs_root)
@@ -73,7 +73,7 @@ impl Driver {
                 path.display()
             ));
         }
-        Ok(Self {
+        let driver = Self {
             settings,
             claims,
             bus,
@@ -81,12 +81,31 @@ impl Driver {
             published: LastBuilt::new(),
             in_flight: Leases::new(),
             groups: Leases::new(),
-        })
+        };
+        if let Some(r) = recovering {
+            driver.release_recovered(&r)?;
+        }
+        Ok(driver)
     }
 
     /// The settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Where claims are read.
+    pub(super) fn claims(&self) -> &dyn ClaimSource {
+        self.claims.as_ref()
+    }
+
+    /// The node's PCI functions.
+    pub(super) fn bus(&self) -> &PciBus {
+        &self.bus
+    }
+
+    /// Writes the checkpoint as it is now.
+    pub(super) fn write_checkpoint(&self) -> std::io::Result<()> {
+        self.checkpoint.change(|_| ())
     }
 
     /// Changes the checkpoint with `f`; returns once it is on disk.
@@ -137,11 +156,21 @@ impl Driver {
             if e.state == State::Prepared {
                 // The kubelet asks again when it makes a pod's sandbox anew
                 // after a restart of its own (its claim cache starts
-                // unprepared); the node kept what the first prepare did.
-                (self.settings.plugin.log)(&format!(
-                    "{claim}: prepared before, answered from the checkpoint"
-                ));
-                return Ok(e.devices.iter().map(|d| d.answer()).collect());
+                // unprepared), or after the node rebooted, which took the
+                // files on tmpfs and the binding: answered as before when
+                // the node kept what the first prepare did, prepared again
+                // (the functions' first drivers kept) when it did not.
+                match self.missing(&e) {
+                    None => {
+                        (self.settings.plugin.log)(&format!(
+                            "{claim}: prepared before, answered from the checkpoint"
+                        ));
+                        return Ok(e.devices.iter().map(|d| d.answer()).collect());
+                    }
+                    Some(what) => (self.settings.plugin.log)(&format!(
+                        "{claim}: prepared before, but {what} (a reboot?): preparing it again"
+                    )),
+                }
             }
         }
         let object = self
@@ -242,6 +271,9 @@ impl Driver {
         deadline: Deadline,
     ) -> Result<(), ClaimError> {
         let s = &self.settings;
+        // A device allocated for administrative access is neither bound nor
+        // held: its group may be another claim's VM's.
+        let resolved: Vec<&Resolved> = resolved.iter().filter(|r| !r.alloc.is_admin()).collect();
         let _groups = self
             .groups
             .acquire(resolved.iter().map(|r| r.group), deadline)
@@ -250,7 +282,7 @@ impl Driver {
             })?;
         let claimed: Vec<Bdf> = resolved.iter().map(|r| r.bdf).collect();
         let mut to_bind: Vec<(Bdf, Option<String>, String)> = Vec::new();
-        for r in resolved {
+        for r in &resolved {
             let members = self.bus.group(r.group).map_err(|e| {
                 ClaimError(format!(
                     "{claim}: device {} ({}): reading IOMMU group {}: {e}",
@@ -327,7 +359,7 @@ impl Driver {
     /// (their groups held meanwhile), then forgets the claim in one write of
     /// the checkpoint; the first failure is returned after trying
     /// everything, and what could not be given back stays recorded.
-    fn undo_and_forget(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+    pub(super) fn undo_and_forget(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let Some(entry) = self.entry(&claim.uid) else {
             return Ok(());
         };
@@ -437,5 +469,9 @@ impl DraDriver for Driver {
 
     fn publication(&self, generation: i64) -> Result<Vec<ResourceSlice>, String> {
         Driver::publication(self, generation)
+    }
+
+    fn reconcile(&self) {
+        Driver::reconcile(self);
     }
 }

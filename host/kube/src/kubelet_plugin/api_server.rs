@@ -417,4 +417,16 @@ impl ClaimSource for ApiClaims {
             .block_on(self.api.claim(&claim.namespace, &claim.name, within))
             .map_err(|e| e.to_string())
     }
+
+    /// Gone on 404, or when the claim of that name has another uid.
+    fn exists(&self, claim: &ClaimRef, within: Duration) -> Result<bool, String> {
+        match self
+            .runtime
+            .block_on(self.api.claim(&claim.namespace, &claim.name, within))
+        {
+            Ok(c) => Ok(c.metadata.uid == claim.uid),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    }
 }

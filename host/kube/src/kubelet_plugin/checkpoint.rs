@@ -82,24 +82,75 @@ impl<E: Serialize + DeserializeOwned> Checkpoint<E> {
     /// The checkpoint at `path`, which must be at `version`; an absent file
     /// is an empty checkpoint. Temporary files of a killed writer beside it
     /// are removed.
-    pub fn load(path: &Path, version: u32) -> Result<Self, String> {
+    pub fn load(path: &Path, version: u32) -> Result<Self, CheckpointError> {
         remove_stale_temporaries(path);
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let c: Self =
-                    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-                if c.version != version {
-                    return Err(format!(
-                        "{}: version {} (this driver reads {version})",
-                        path.display(),
-                        c.version
-                    ));
-                }
-                Ok(c)
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::empty(version)),
+            Err(source) => {
+                return Err(CheckpointError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::empty(version)),
-            Err(e) => Err(format!("reading {}: {e}", path.display())),
+        };
+        // The version first: a newer driver's file is told as such even
+        // when its entries would not read.
+        #[derive(Deserialize)]
+        struct Versioned {
+            version: u32,
         }
+        let found = serde_json::from_str::<Versioned>(&text)
+            .map_err(|e| CheckpointError::damaged(path, &e))?
+            .version;
+        if found != version {
+            return Err(CheckpointError::Version {
+                path: path.to_path_buf(),
+                found,
+                reads: version,
+            });
+        }
+        serde_json::from_str(&text).map_err(|e| CheckpointError::damaged(path, &e))
+    }
+
+    /// What can be read of the checkpoint at `path`, whatever its state:
+    /// each claim whose record reads (a damaged file may keep some, a file
+    /// that is not JSON none), and what could not be read. The file itself
+    /// is left as it is.
+    pub fn salvage(path: &Path, version: u32) -> Salvaged<E> {
+        let mut checkpoint = Self::empty(version);
+        let mut lost = Vec::new();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Salvaged { checkpoint, lost };
+            }
+            Err(e) => {
+                lost.push(format!("the whole file: {e}"));
+                return Salvaged { checkpoint, lost };
+            }
+        };
+        let value: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => {
+                lost.push(format!("the whole file: {e}"));
+                return Salvaged { checkpoint, lost };
+            }
+        };
+        match value.get("claims").and_then(|c| c.as_object()) {
+            Some(claims) => {
+                for (uid, record) in claims {
+                    match serde_json::from_value::<E>(record.clone()) {
+                        Ok(e) => {
+                            checkpoint.claims.insert(uid.clone(), e);
+                        }
+                        Err(e) => lost.push(format!("claim {uid}: {e}")),
+                    }
+                }
+            }
+            None => lost.push("its claims: no \"claims\" object".into()),
+        }
+        Salvaged { checkpoint, lost }
     }
 
     /// Writes the checkpoint to `path` atomically.
@@ -107,6 +158,91 @@ impl<E: Serialize + DeserializeOwned> Checkpoint<E> {
         let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         write_atomic(path, &text)
     }
+}
+
+/// Why a checkpoint could not be read. Each names the file; what to do
+/// about it is the driver's to say (it knows its recovery).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The file is there but could not be read.
+    #[error("reading the checkpoint {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a checkpoint: truncated, overwritten, not JSON.
+    #[error("the checkpoint {} is damaged at byte {offset} (line {line}, column {column}): {cause}", path.display())]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// The byte offset where reading stopped.
+        offset: usize,
+        /// Its line (1-based).
+        line: usize,
+        /// Its column (1-based; 0 at the very start of a line).
+        column: usize,
+        /// What was wrong there.
+        cause: String,
+    },
+    /// The file is of another format version.
+    #[error(
+        "the checkpoint {} is of version {found}, {} (this driver reads version {reads})",
+        path.display(),
+        if found > reads { "written by a newer driver" } else { "written by an older driver" }
+    )]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version it holds.
+        found: u32,
+        /// The version this driver reads.
+        reads: u32,
+    },
+}
+
+impl CheckpointError {
+    fn damaged(path: &Path, e: &serde_json::Error) -> Self {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        // serde_json counts lines and columns; the byte offset follows from them.
+        let offset = text
+            .split_inclusive('\n')
+            .take(e.line().saturating_sub(1))
+            .map(str::len)
+            .sum::<usize>()
+            + e.column();
+        let cause = e.to_string();
+        let cause = cause
+            .rsplit_once(" at line ")
+            .map_or(cause.as_str(), |(c, _)| c)
+            .to_string();
+        CheckpointError::Damaged {
+            path: path.to_path_buf(),
+            offset: offset.min(text.len()),
+            line: e.line(),
+            column: e.column(),
+            cause,
+        }
+    }
+
+    /// The file at fault.
+    pub fn path(&self) -> &Path {
+        match self {
+            CheckpointError::Read { path, .. }
+            | CheckpointError::Damaged { path, .. }
+            | CheckpointError::Version { path, .. } => path,
+        }
+    }
+}
+
+/// What [`Checkpoint::salvage`] could read of a checkpoint.
+#[derive(Debug)]
+pub struct Salvaged<E> {
+    /// The claims whose records read, at the driver's version.
+    pub checkpoint: Checkpoint<E>,
+    /// What could not be read, each naming the claim or the file.
+    pub lost: Vec<String>,
 }
 
 /// The checkpoint as a driver keeps it: in memory, and on disk after
@@ -126,12 +262,17 @@ pub struct CheckpointFile<E> {
 
 impl<E: Clone + Serialize + DeserializeOwned> CheckpointFile<E> {
     /// The checkpoint at `path`, at `version` ([`Checkpoint::load`]).
-    pub fn open(path: &Path, version: u32) -> Result<Self, String> {
-        Ok(Self {
+    pub fn open(path: &Path, version: u32) -> Result<Self, CheckpointError> {
+        Ok(Self::holding(path, Checkpoint::load(path, version)?))
+    }
+
+    /// The file at `path` holding `checkpoint` (written at the next change).
+    pub fn holding(path: &Path, checkpoint: Checkpoint<E>) -> Self {
+        Self {
             path: path.to_path_buf(),
-            state: std::sync::Mutex::new((Checkpoint::load(path, version)?, 0)),
+            state: std::sync::Mutex::new((checkpoint, 0)),
             saved: std::sync::Mutex::new(0),
-        })
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, (Checkpoint<E>, u64)> {
@@ -235,10 +376,62 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("checkpoint.json");
         std::fs::write(&path, "{\"version\": 1, \"claims\": {\"u1\": ").unwrap();
-        let e = Names::load(&path, 1).unwrap_err();
-        assert!(e.starts_with(&path.display().to_string()), "{e}");
-        std::fs::write(&path, "{\"version\": 2, \"claims\": {}}").unwrap();
-        let e = Names::load(&path, 1).unwrap_err();
-        assert!(e.contains("version 2 (this driver reads 1)"), "{e}");
+        let e = Names::load(&path, 1).unwrap_err().to_string();
+        // 32 bytes, the last a space: reading stopped at the end (byte 32,
+        // counted from 1).
+        assert_eq!(
+            e,
+            format!(
+                "the checkpoint {} is damaged at byte 32 (line 1, column 32): EOF while parsing a value",
+                path.display()
+            )
+        );
+        std::fs::write(&path, "{\"version\": 1,\n \"claims\": [}").unwrap();
+        let e = Names::load(&path, 1).unwrap_err().to_string();
+        // Line 1 is 15 bytes with its newline; the '}' is line 2's 13th
+        // byte: byte 28.
+        assert!(e.contains("damaged at byte 28 (line 2, column 13)"), "{e}");
+        std::fs::write(&path, "").unwrap();
+        let e = Names::load(&path, 1).unwrap_err().to_string();
+        assert!(e.contains("damaged at byte 0 (line 1, column 0)"), "{e}");
+        std::fs::write(&path, "{\"version\": 2, \"claims\": {\"u\": 7}}").unwrap();
+        let e = Names::load(&path, 1).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "the checkpoint {} is of version 2, written by a newer driver (this driver reads version 1)",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn salvage_keeps_each_record_that_reads_and_names_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        std::fs::write(
+            &path,
+            r#"{"version": 9, "claims": {"u1": "vm-a", "u2": 7, "u3": "vm-c"}}"#,
+        )
+        .unwrap();
+        let s = Names::salvage(&path, 1);
+        assert_eq!(s.checkpoint.version, 1);
+        assert_eq!(
+            s.checkpoint.claims.into_iter().collect::<Vec<_>>(),
+            [
+                ("u1".to_string(), "vm-a".to_string()),
+                ("u3".into(), "vm-c".into())
+            ]
+        );
+        assert_eq!(s.lost.len(), 1);
+        assert!(
+            s.lost[0].starts_with("claim u2: invalid type: integer `7`"),
+            "{:?}",
+            s.lost
+        );
+        std::fs::write(&path, "{\"version\": 1, \"claims\": {\"u1\": \"vm").unwrap();
+        let s = Names::salvage(&path, 1);
+        assert!(s.checkpoint.claims.is_empty());
+        assert!(s.lost[0].starts_with("the whole file: EOF"), "{:?}", s.lost);
     }
 }

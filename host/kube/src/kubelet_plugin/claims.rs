@@ -68,6 +68,15 @@ pub trait ClaimSource: Send + Sync {
     /// The claim `claim` names, or why it cannot be had within `within`
     /// (a source that can wait gives up then).
     fn claim(&self, claim: &ClaimRef, within: Duration) -> Result<ResourceClaim, String>;
+
+    /// Whether the claim `claim` names is still there (the same uid), or
+    /// why that cannot be told now. A source that cannot tell a claim gone
+    /// from one it failed to read answers from [`Self::claim`]: an error
+    /// is "cannot tell".
+    fn exists(&self, claim: &ClaimRef, within: Duration) -> Result<bool, String> {
+        self.claim(claim, within)
+            .map(|c| c.metadata.uid == claim.uid)
+    }
 }
 
 /// Claims read from `<dir>/<namespace>/<name>.json`, each a ResourceClaim
@@ -92,6 +101,19 @@ impl ClaimSource for ClaimDir {
         let bytes = p2p_host_io::read_limited(&path, CLAIM_FILE_MAX)
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Gone when its file is.
+    fn exists(&self, claim: &ClaimRef, within: Duration) -> Result<bool, String> {
+        let path = self
+            .0
+            .join(&claim.namespace)
+            .join(format!("{}.json", claim.name));
+        if !path.exists() {
+            return Ok(false);
+        }
+        self.claim(claim, within)
+            .map(|c| c.metadata.uid == claim.uid)
     }
 }
 

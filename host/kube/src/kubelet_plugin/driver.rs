@@ -28,6 +28,11 @@ pub trait DraDriver: Send + Sync + 'static {
     /// `generation` (the publisher compares them with what it published,
     /// the generation aside, and publishes them when they differ).
     fn publication(&self, generation: i64) -> Result<Vec<ResourceSlice>, String>;
+
+    /// Called once the API server is reachable, before the kubelet's calls
+    /// are served: the driver lets go of what it recorded for claims the
+    /// API server no longer has. Nothing by default.
+    fn reconcile(&self) {}
 }
 
 /// Why a claim could not be prepared or unprepared: the message names the

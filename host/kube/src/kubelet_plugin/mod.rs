@@ -261,6 +261,13 @@ pub async fn serve_cluster<D: DraDriver>(
         runtime: tokio::runtime::Handle::current(),
     };
     let driver = Arc::new(driver(Box::new(claims)).map_err(PluginError::Setup)?);
+    // Before the kubelet is served: what the driver recorded for claims
+    // deleted while it was away is let go (reads through the runtime, so on
+    // a blocking thread).
+    let d = driver.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || d.reconcile()).await {
+        (settings.log)(&format!("reconciling the checkpoint: {e}"));
+    }
     let health = Arc::new(health::Health::new(true));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let api_changed = Arc::new(Notify::new());

@@ -38,6 +38,10 @@ pub struct ClaimMeta {
     /// Its uid (what the kubelet names it by).
     #[serde(default)]
     pub uid: String,
+    /// Its generation (the API server's `metadata.generation`; the device
+    /// metadata carries it).
+    #[serde(default)]
+    pub generation: i64,
     /// Its annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
@@ -78,6 +82,21 @@ pub struct AllocatedDevice {
     pub pool: String,
     /// Its name in the pool.
     pub device: String,
+    /// Allocated for administrative access (`adminAccess`: monitoring or
+    /// management that ignores other claims' access to the device).
+    #[serde(
+        default,
+        rename = "adminAccess",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub admin_access: Option<bool>,
+}
+
+impl AllocatedDevice {
+    /// Whether the device was allocated for administrative access.
+    pub fn is_admin(&self) -> bool {
+        self.admin_access == Some(true)
+    }
 }
 
 impl ResourceClaim {
