@@ -160,6 +160,44 @@ impl SandboxNode {
         out.lines().map(str::to_string).collect()
     }
 
+    /// The DRA driver's log lines on the node, every run of the
+    /// DaemonSet's pods (the kubelet keeps them across a reboot).
+    pub fn driver_log(&self) -> String {
+        self.try_sh("cat /var/log/pods/kube-system_vp2p-dra-driver-*/driver/*.log 2>/dev/null")
+            .1
+    }
+
+    /// Reboots the node (`systemctl reboot` in the guest; QEMU boots it
+    /// again, its disk kept) and waits until the Node is Ready with another
+    /// boot id; the seconds that took.
+    pub fn reboot(&self, cp: &ControlPlane, limit: Duration) -> f64 {
+        let boot_id = |cp: &ControlPlane| {
+            cp.get_json(&["get", "node", NODE])["status"]["nodeInfo"]["bootID"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let before = boot_id(cp);
+        let started = Instant::now();
+        // Later than the guest agent's answer, which a reboot would cut.
+        self.sh("systemd-run --on-active=1 systemctl reboot");
+        poll(
+            "the node Ready again after its reboot",
+            limit,
+            || {
+                let n = try_get(cp, &["node", NODE])?;
+                let ready = n["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                let id = n["status"]["nodeInfo"]["bootID"].as_str()?;
+                (ready && id != before).then_some(())
+            },
+            || self.console_tail(),
+        );
+        started.elapsed().as_secs_f64()
+    }
+
     /// Container `container` of pod `namespace/pod` (uid `uid`) as the
     /// kubelet's log files on the node hold it: (stream, text) per CRI log
     /// line (time, stream, tag, text).
@@ -233,6 +271,36 @@ pub fn helm_install(cp: &ControlPlane) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The chart's driver pod once it is Ready (at most `limit`).
+pub fn driver_pod_ready(cp: &ControlPlane, limit: Duration) -> Value {
+    poll(
+        "the driver's pod is Ready",
+        limit,
+        || {
+            let pods = try_get(
+                cp,
+                &[
+                    "-n",
+                    "kube-system",
+                    "pods",
+                    "-l",
+                    "app.kubernetes.io/name=vp2p-dra-driver",
+                ],
+            )?;
+            let p = pods["items"].as_array()?.first()?.clone();
+            let ready = p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready.then_some(p)
+        },
+        || {
+            cp.try_kubectl(&["-n", "kube-system", "describe", "pods"])
+                .unwrap_or_else(|e| e)
+        },
+    )
 }
 
 /// Polls `f` every 2 s until it returns Some, at most `limit`; panics with

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use p2p_tests::kube::ControlPlane;
 use p2p_tests::sandbox_node::{
-    helm_install, images, one_node_at_a_time, poll, try_get, SandboxNode, NODE,
+    driver_pod_ready, helm_install, images, one_node_at_a_time, poll, try_get, SandboxNode, NODE,
 };
 use p2p_tests::{repo_root, target_dir};
 use serde_json::Value;
@@ -157,12 +157,6 @@ fn opened(node: &SandboxNode, report: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-/// The driver's log lines on the node (every run of the DaemonSet's pods).
-fn driver_log(node: &SandboxNode) -> String {
-    node.try_sh("cat /var/log/pods/kube-system_vp2p-dra-driver-*/driver/*.log 2>/dev/null")
-        .1
-}
-
 fn count(text: &str, needle: &str) -> usize {
     text.matches(needle).count()
 }
@@ -226,35 +220,10 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
     // The chart's DaemonSet: the driver from vp2p's image, with the pod's
     // service-account token, registers with the kubelet and publishes.
     helm_install(&cp);
-    let driver_pod = poll(
-        "the driver's pod is Ready",
-        Duration::from_secs(300),
-        || {
-            let pods = try_get(
-                &cp,
-                &[
-                    "-n",
-                    "kube-system",
-                    "pods",
-                    "-l",
-                    "app.kubernetes.io/name=vp2p-dra-driver",
-                ],
-            )?;
-            let p = pods["items"].as_array()?.first()?.clone();
-            let ready = p["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            ready.then_some(p)
-        },
-        || {
-            cp.try_kubectl(&["-n", "kube-system", "describe", "pods"])
-                .unwrap_or_else(|e| e)
-        },
-    );
+    let driver_pod = driver_pod_ready(&cp, Duration::from_secs(300));
     step("driver pod Ready");
     assert_eq!(driver_pod["spec"]["nodeName"], NODE);
-    let log = driver_log(&node);
+    let log = node.driver_log();
     assert!(log.contains("the kubelet registered gpu.vp2p.io"), "{log}");
     let slices = cp.get_json(&["get", "resourceslices"]);
     let published: BTreeSet<String> = slices["items"]
@@ -343,7 +312,7 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
         .to_string();
     let prepared = format!("prepared claim default/{claim_name} ");
     assert_eq!(
-        count(&driver_log(&node), &prepared),
+        count(&node.driver_log(), &prepared),
         1,
         "one prepare so far"
     );
@@ -358,17 +327,17 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
     // plugin registers again; the container keeps running and its devices.
     let hold_id = container(&running, "hold").unwrap()["containerID"].clone();
     let registered = "the kubelet registered gpu.vp2p.io";
-    let before = count(&driver_log(&node), registered);
+    let before = count(&node.driver_log(), registered);
     node.sh("systemctl restart kubelet");
     poll(
         "the restarted kubelet registers the driver again",
         Duration::from_secs(300),
-        || (count(&driver_log(&node), registered) > before).then_some(()),
-        || driver_log(&node),
+        || (count(&node.driver_log(), registered) > before).then_some(()),
+        || node.driver_log(),
     );
     step("kubelet restarted; plugin registered again");
     assert_eq!(
-        count(&driver_log(&node), &prepared),
+        count(&node.driver_log(), &prepared),
         1,
         "no prepare while the sandbox lives"
     );
@@ -393,7 +362,7 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
         "a new sandbox for peers, its claim prepared from the checkpoint",
         Duration::from_secs(300),
         || {
-            let log = driver_log(&node);
+            let log = node.driver_log();
             let from_checkpoint = log.lines().any(|l| {
                 l.contains(&format!("claim default/{claim_name} "))
                     && l.ends_with("prepared before, answered from the checkpoint")
@@ -408,7 +377,7 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
         || {
             format!(
                 "{}\n{}",
-                driver_log(&node),
+                node.driver_log(),
                 cp.try_kubectl(&["describe", "pod", "peers"])
                     .unwrap_or_else(|e| e)
             )
@@ -514,10 +483,10 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
                 .all(|g| node.driver_of(g) == drivers[g])
                 .then_some(())
         },
-        || driver_log(&node),
+        || node.driver_log(),
     );
     step("pods deleted, functions given back");
-    let log = driver_log(&node);
+    let log = node.driver_log();
     assert!(
         log.contains(&format!("unprepared claim default/{claim_name} ")),
         "{log}"

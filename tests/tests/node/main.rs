@@ -8,4 +8,5 @@
 
 mod claim_lifecycle;
 mod deploy_walkthrough;
+mod reboot;
 mod vm_in_pod;
