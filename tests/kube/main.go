@@ -15,6 +15,7 @@
 //	kube-peers proxy-kubeconfig DIR OUT [--server URL]
 //	                                        a kubeconfig as system:kube-proxy
 //	kube-peers kubectl ARGS...              kubectl (also as argv[0] "kubectl")
+//	kube-peers metrics-parse < SCRAPE       a Prometheus text scrape as JSON
 //	kube-peers kubelet-dra ...              the kubelet's DRA side for one node
 //	kube-peers device-manager ...           the kubelet's device-plugin side
 //	kube-peers etcd|apiserver|controller-manager|scheduler DIR
@@ -35,6 +36,7 @@ import (
 
 	"vp2p/tests/kube/controlplane"
 	"vp2p/tests/kube/kubelet"
+	"vp2p/tests/kube/metrics"
 )
 
 func usage() {
@@ -42,7 +44,7 @@ func usage() {
        kube-peers stop-component DIR NAME [--kill] | start-component DIR NAME
        kube-peers node-kubeconfig DIR NODE OUT [--server URL]
        kube-peers proxy-kubeconfig DIR OUT [--server URL]
-       kube-peers kubectl ARGS...
+       kube-peers kubectl ARGS... | metrics-parse < SCRAPE
        kube-peers kubelet-dra --help | device-manager --help`)
 	os.Exit(2)
 }
@@ -128,6 +130,10 @@ func main() {
 	case "kubectl":
 		os.Args = append([]string{"kubectl"}, args...)
 		os.Exit(cli.Run(kubectl.NewDefaultKubectlCommand()))
+	case "metrics-parse":
+		if err := metrics.Parse(os.Stdin, os.Stdout); err != nil {
+			fail(err)
+		}
 	case "kubelet-dra":
 		if err := kubelet.RunDRA(args); err != nil {
 			fail(err)

@@ -389,8 +389,9 @@ fn role_without(name: &str, resource: &str, verb: &str) -> Value {
 /// waited for at most `limit`: publish (slices list and create, its Node
 /// read for the owner reference), put back a slice deleted by hand (the
 /// watch: the timer is an hour), put back one edited by hand (get and
-/// update), prepare a claim the scheduler allocated (the claim read), and
-/// remove the slices at uninstall (delete). The first step that did not
+/// update), prepare a claim the scheduler allocated (the claim read), tell
+/// a failed prepare as an Event (events create), and remove the slices at
+/// uninstall (delete). The first step that did not
 /// happen, or None.
 fn lifecycle(cp: &ControlPlane, node: &str, account: &str, limit: Duration) -> Option<String> {
     let mut sim = SimNode::start_as(cp, node, NESTED, &[], account, &NO_RESYNC);
@@ -446,6 +447,33 @@ fn lifecycle(cp: &ControlPlane, node: &str, account: &str, limit: Duration) -> O
     delete_pod(cp, NS, &pod);
     if !answer[&uid].error.is_empty() {
         return Some(format!("prepare: {}", answer[&uid].error));
+    }
+    // A claim the API server does not have: the prepare fails, and the
+    // failure is an Event regarding the claim.
+    let missing = format!("{node}-missing");
+    let failed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut dra = p2p_tests::dra_kubelet::Dra::v1(&socket).await;
+            dra.prepare(&[(NS, missing.as_str(), "0a0a0a0a-0000-4000-8000-000000000000")])
+                .await
+        })
+        .expect("NodePrepareResources answers");
+    assert!(!failed["0a0a0a0a-0000-4000-8000-000000000000"]
+        .error
+        .is_empty());
+    if !within(&mut || {
+        cp.get_json(&["get", "events.events.k8s.io", "-n", NS])["items"]
+            .as_array()
+            .is_some_and(|e| {
+                e.iter().any(|e| {
+                    e["regarding"]["name"] == missing.as_str() && e["reason"] == "PrepareFailed"
+                })
+            })
+    }) {
+        return Some("an Event on a claim that failed".into());
     }
     assert_eq!(sim.terminate(), Some(0));
     let out = remove_slices(&sim);
@@ -507,5 +535,5 @@ fn every_verb_of_the_shipped_cluster_role_is_one_the_driver_needs() {
         unused.is_empty(),
         "verbs the driver does not need: {unused:?}"
     );
-    assert_eq!(rules.len(), 8, "{rules:?}");
+    assert_eq!(rules.len(), 9, "{rules:?}");
 }

@@ -16,7 +16,8 @@
 //!
 //! Each call here is one verb of the shipped ClusterRole
 //! (host/kubernetes/dra/driver.yaml): slices list, watch, create, get,
-//! update, delete; claims get; nodes get.
+//! update, delete; claims get; nodes get; and events create
+//! ([`super::events`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -381,6 +382,32 @@ impl ApiServer {
             }
         }
         Ok(n)
+    }
+
+    /// The client, for requests the plugin makes elsewhere (its Events).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// How long one request may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The ResourceClaim `namespace/name` as the API server sends it (its
+    /// status whole: the pods it is reserved for).
+    pub async fn claim_object(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<DynamicObject, ApiError> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &objects::claims());
+        self.call(
+            format!("reading ResourceClaim {namespace}/{name}"),
+            api.get(name),
+        )
+        .await
     }
 
     /// The ResourceClaim `namespace/name`, read within `within` or the

@@ -20,7 +20,8 @@
 //! ([`objects`] the objects on the wire: vp2p's own `resource.k8s.io/v1`
 //! types through kube's dynamic API), [`publisher`] the slices kept
 //! published, [`leases`] and [`deadline`] who works on what and until when,
-//! [`checkpoint`] the file a driver records its claims in. The layer knows
+//! [`checkpoint`] the file a driver records its claims in, [`metrics`] and
+//! [`events`] what it tells an operator beyond its log. The layer knows
 //! nothing of the devices: vp2p's driver is [`crate::dra_driver`].
 
 pub mod api_server;
@@ -28,8 +29,10 @@ pub mod checkpoint;
 pub mod claims;
 pub mod deadline;
 pub mod driver;
+pub mod events;
 pub mod health;
 pub mod leases;
+pub mod metrics;
 pub mod objects;
 pub mod publisher;
 pub mod server;
@@ -66,8 +69,37 @@ pub struct PluginSettings {
     /// The TCP port of the gRPC health service the kubelet's probes ask
     /// ([`health`]); None: no health service.
     pub healthcheck_port: Option<u16>,
+    /// The TCP port `/metrics` is served on ([`metrics`]); None: none.
+    pub metrics_port: Option<u16>,
     /// Where messages go (the library prints nothing itself).
     pub log: fn(&str),
+}
+
+/// What the plugin tells besides the kubelet's answers: its metrics, and
+/// with the API server, an Event for each claim that fails.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The metrics every call and publication counts in.
+    pub metrics: Arc<metrics::Metrics>,
+    /// Where failures are told as Events (none without the API server).
+    pub events: Option<events::ClaimEvents>,
+}
+
+impl Report {
+    /// Metrics named after the driver (`gpu.vp2p.io` -> `gpu_vp2p_io_dra_...`
+    /// would be unreadable: vp2p's are `vp2p_dra_...`), no Events.
+    pub fn new() -> Self {
+        Self {
+            metrics: Arc::new(metrics::Metrics::new("vp2p_dra")),
+            events: None,
+        }
+    }
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl PluginSettings {
@@ -87,6 +119,7 @@ impl PluginSettings {
                 .join(format!("{driver_name}-reg.sock")),
             dra_socket: dir.join("dra.sock"),
             healthcheck_port: None,
+            metrics_port: None,
             log: |m| eprintln!("{m}"),
         }
     }
@@ -143,6 +176,7 @@ pub async fn serve<D: DraDriver>(
     settings: PluginSettings,
     driver: Arc<D>,
     health: Arc<health::Health>,
+    report: Report,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), PluginError> {
     use crate::grpc::kubelet_pluginregistration_v1 as reg;
@@ -154,11 +188,22 @@ pub async fn serve<D: DraDriver>(
         Some(port) => Some(health::bind(port).await?),
         None => None,
     };
+    let metrics_port = match settings.metrics_port {
+        Some(port) => Some(health::bind(port).await?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let service = server::DraService::new(driver, settings.log);
+    let metrics_task = metrics_port.map(|listener| {
+        tokio::spawn(metrics::serve(
+            listener,
+            report.metrics.clone(),
+            stop_rx.clone(),
+        ))
+    });
+    let service = server::DraService::new(driver, settings.log, report);
     let dra_server = tonic::transport::Server::builder()
         .add_service(v1::dra_plugin_server::DraPluginServer::new(service.clone()))
         .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(service))
@@ -230,6 +275,11 @@ pub async fn serve<D: DraDriver>(
             }
         }
     };
+    if let Some(task) = metrics_task {
+        if let Ok(Err(e)) = task.await {
+            (settings.log)(&format!("metrics: {e}"));
+        }
+    }
     if let Some(task) = health_task {
         if let Ok(Err(e)) = task.await {
             (settings.log)(&format!("health service: {e}"));
@@ -285,10 +335,22 @@ pub async fn serve_cluster<D: DraDriver>(
             .await
         })
     };
+    let report = Report {
+        events: Some(events::ClaimEvents::new(
+            api.clone(),
+            &settings.driver_name,
+            &settings.node_name,
+            settings.log,
+        )),
+        ..Report::new()
+    };
     let publisher = tokio::spawn(publisher::publish_loop(
         api.clone(),
         driver.clone(),
-        health.clone(),
+        publisher::Told {
+            health: health.clone(),
+            metrics: report.metrics.clone(),
+        },
         settings.clone(),
         resync,
         publisher::Wakers {
@@ -297,7 +359,7 @@ pub async fn serve_cluster<D: DraDriver>(
         },
         stop_rx,
     ));
-    let served = serve(settings.clone(), driver, health, async move {
+    let served = serve(settings.clone(), driver, health, report, async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     })
@@ -371,7 +433,7 @@ pub fn run<D: DraDriver>(
             Source::Dir(dir) => {
                 let driver = driver(Box::new(ClaimDir(dir))).map_err(PluginError::Setup)?;
                 let health = Arc::new(health::Health::new(false));
-                serve(settings, Arc::new(driver), health, shutdown).await
+                serve(settings, Arc::new(driver), health, Report::new(), shutdown).await
             }
             Source::Cluster { kubeconfig, resync } => {
                 let api =

@@ -43,7 +43,7 @@ fn same_slices(a: &[ResourceSlice], b: &[ResourceSlice]) -> bool {
 pub async fn publish_loop<D: DraDriver>(
     api: api_server::ApiServer,
     driver: Arc<D>,
-    health: Arc<super::health::Health>,
+    told: Told,
     settings: PluginSettings,
     resync: Duration,
     wakers: Wakers,
@@ -53,6 +53,7 @@ pub async fn publish_loop<D: DraDriver>(
         devices_changed,
         api_changed,
     } = wakers;
+    let Told { health, metrics } = told;
     let (node, driver_name, log) = (
         settings.node_name.clone(),
         settings.driver_name.clone(),
@@ -124,6 +125,7 @@ pub async fn publish_loop<D: DraDriver>(
                         generation = next;
                         health.set_published();
                         let devices: usize = slices.iter().map(|s| s.spec.devices.len()).sum();
+                        metrics.publication(Some(devices));
                         log(&format!(
                             "published {devices} device(s) in {} slice(s), pool generation {generation}, owned by Node {node} (uid {})",
                             slices.len(),
@@ -133,6 +135,7 @@ pub async fn publish_loop<D: DraDriver>(
                         retry.succeeded();
                     }
                     Err(e) => {
+                        metrics.publication(None);
                         retry.failed();
                         log(&format!("publishing: {e} (retried in {:?})", retry.after()));
                     }
@@ -226,6 +229,16 @@ impl Retry {
     fn succeeded(&mut self) {
         self.failed = None;
     }
+}
+
+/// Who is told of each publication: the readiness probe (the first one)
+/// and the metrics.
+#[derive(Debug, Clone)]
+pub struct Told {
+    /// Ready once the slices are published.
+    pub health: Arc<super::health::Health>,
+    /// Counts publications and the devices published.
+    pub metrics: Arc<super::metrics::Metrics>,
 }
 
 /// What wakes the publisher besides its timer.

@@ -14,6 +14,9 @@ use p2p_allocation::dra::names::{is_dns_label, is_dns_subdomain};
 use super::claims::ClaimRef;
 use super::deadline::Deadline;
 use super::driver::{ClaimError, DraDriver};
+use super::events::Failure;
+use super::metrics::Call;
+use super::Report;
 use crate::grpc::kubelet_pluginregistration_v1 as reg;
 use crate::grpc::{kubelet_dra_v1 as v1, kubelet_dra_v1beta1 as v1beta1, quote, refusal};
 
@@ -71,6 +74,8 @@ pub struct DraService<D> {
     pub driver: Arc<D>,
     /// Where each claim's error is told.
     pub log: fn(&str),
+    /// The metrics each call counts in, and the Events a failure makes.
+    pub report: Report,
 }
 
 impl<D> Clone for DraService<D> {
@@ -78,14 +83,20 @@ impl<D> Clone for DraService<D> {
         Self {
             driver: self.driver.clone(),
             log: self.log,
+            report: self.report.clone(),
         }
     }
 }
 
 impl<D: DraDriver> DraService<D> {
-    /// The service of `driver`, its claims' errors told to `log`.
-    pub fn new(driver: Arc<D>, log: fn(&str)) -> Self {
-        Self { driver, log }
+    /// The service of `driver`, its claims' errors told to `log` and
+    /// `report`.
+    pub fn new(driver: Arc<D>, log: fn(&str), report: Report) -> Self {
+        Self {
+            driver,
+            log,
+            report,
+        }
     }
 }
 
@@ -135,34 +146,41 @@ fn deadline<T>(req: &Request<T>) -> Deadline {
         .unwrap_or(Deadline::NONE)
 }
 
+/// One of the driver's calls on a claim, and which it is.
+type ClaimCall<D, T> = (Call, fn(&D, &ClaimRef, Deadline) -> Result<T, ClaimError>);
+
+/// The word the log says a call's success with.
+fn done(call: Call) -> &'static str {
+    match call {
+        Call::Prepare => "prepared",
+        Call::Unprepare => "unprepared",
+    }
+}
+
 /// Runs `f` on every claim at once, each on a blocking thread of its own
 /// (sysfs writes and waits, an API read): one slow claim holds up no other.
-/// One of the driver's calls on a claim, and the word the log says it with.
-type ClaimCall<D, T> = (
-    &'static str,
-    fn(&D, &ClaimRef, Deadline) -> Result<T, ClaimError>,
-);
-
+/// Each is logged and counted; each failure is told as Events, which the
+/// answer does not wait for.
 async fn each<D: DraDriver, T: Send + 'static>(
     service: &DraService<D>,
     claims: Vec<ClaimRef>,
     deadline: Deadline,
-    (done, f): ClaimCall<D, T>,
+    (call, f): ClaimCall<D, T>,
 ) -> Result<Vec<(ClaimRef, Result<T, ClaimError>)>, Status> {
     let tasks: Vec<_> = claims
         .into_iter()
         .map(|c| {
             let (driver, log) = (service.driver.clone(), service.log);
+            let metrics = service.report.metrics.clone();
             tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
                 let r = f(&driver, &c, deadline);
+                let took = started.elapsed();
+                metrics.claim_call(call, r.is_ok(), took);
                 // Each call said, as the kubelet made it: an operator reads
                 // which claims the node prepared, and when, here.
                 match &r {
-                    Ok(_) => log(&format!(
-                        "{done} {c} in {} ms",
-                        started.elapsed().as_millis()
-                    )),
+                    Ok(_) => log(&format!("{} {c} in {} ms", done(call), took.as_millis())),
                     Err(e) => log(&e.0),
                 }
                 (c, r)
@@ -175,6 +193,18 @@ async fn each<D: DraDriver, T: Send + 'static>(
             t.await
                 .map_err(|e| Status::internal(format!("the preparing task failed: {e}")))?,
         );
+    }
+    if let Some(events) = &service.report.events {
+        let failure = match call {
+            Call::Prepare => Failure::Prepare,
+            Call::Unprepare => Failure::Unprepare,
+        };
+        for (c, r) in &out {
+            if let Err(e) = r {
+                let (events, c, note) = (events.clone(), c.clone(), e.0.clone());
+                tokio::spawn(async move { events.failed(&c, failure, &note).await });
+            }
+        }
     }
     Ok(out)
 }
@@ -196,7 +226,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(self, claims, deadline, ("prepared", D::prepare)).await? {
+                for (c, r) in each(self, claims, deadline, (Call::Prepare, D::prepare)).await? {
                     let entry = match r {
                         Ok(devices) => $m::NodePrepareResourceResponse {
                             devices: devices
@@ -234,7 +264,7 @@ macro_rules! dra_service {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| *e)?;
                 let mut out = HashMap::new();
-                for (c, r) in each(self, claims, deadline, ("unprepared", D::unprepare)).await? {
+                for (c, r) in each(self, claims, deadline, (Call::Unprepare, D::unprepare)).await? {
                     let error = r.err().map(|e| crate::grpc::bounded(&e.0)).unwrap_or_default();
                     out.insert(c.uid, $m::NodeUnprepareResourceResponse { error });
                 }
