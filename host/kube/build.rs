@@ -14,6 +14,7 @@ const PROTOS: &[&str] = &[
     "kubelet_pluginregistration_v1.proto",
     "kubelet_dra_v1.proto",
     "kubelet_dra_v1beta1.proto",
+    "kubelet_dra_health_v1.proto",
 ];
 
 /// The file descriptor set of every file in [`PROTOS`], in OUT_DIR

@@ -56,6 +56,15 @@ pub mod kubelet_dra_v1beta1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
 }
 
+/// The kubelet's DRA resource health API, v1 (KEP-4680;
+/// host/kube/proto/kubelet_dra_health_v1.proto): a driver's stream of its
+/// devices' health.
+// Generated code: its items carry the .proto's comments, tonic's own helpers none.
+#[allow(missing_docs, clippy::all)]
+pub mod kubelet_dra_health_v1 {
+    tonic::include_proto!("v1");
+}
+
 /// A channel to a gRPC server on a unix socket (the kubelet's, a device
 /// plugin's, a plugin hook's).
 pub async fn connect_unix(path: &Path) -> Result<Channel, tonic::transport::Error> {

@@ -10,6 +10,9 @@
 //!   <https://github.com/kubernetes/kubelet/blob/v0.36.3/pkg/apis/dra/v1/api.proto>,
 //!   <https://github.com/kubernetes/kubelet/blob/v0.36.3/pkg/apis/dra/v1beta1/api.proto>
 //!   (both of tag v0.36.3 too);
+//! - the kubelet's DRA resource health API v1 (KEP-4680):
+//!   <https://github.com/kubernetes/kubelet/blob/v0.37.2/pkg/apis/dra-health/v1/api.proto>
+//!   (tag v0.37.2);
 //! - KubeVirt's plugin hook API v1alpha1, DomainHookService (the service vp2p
 //!   serves; the file's NodeHookService is not vp2p's):
 //!   <https://github.com/kubevirt/kubevirt/blob/v1.9.0/pkg/hooks/plugins/v1alpha1/api.proto>
@@ -37,16 +40,18 @@ pub enum Type {
     MapStringString,
     /// `map<string, M>`, M a message of the same package, by its name.
     MapStringMessage(&'static str),
+    /// An enum of the same package, by its name.
+    Enum(&'static str),
 }
 
 impl Type {
     /// The wire type a value of this type is encoded with
     /// (<https://protobuf.dev/programming-guides/encoding/#structure>):
-    /// 0 VARINT for bool and the ints, 2 LEN for strings, bytes, messages and
+    /// 0 VARINT for bool, the ints and enums, 2 LEN for strings, bytes, messages and
     /// map entries.
     pub fn wire_type(self) -> u8 {
         match self {
-            Type::Bool | Type::Int32 | Type::Int64 => 0,
+            Type::Bool | Type::Int32 | Type::Int64 | Type::Enum(_) => 0,
             Type::String
             | Type::Bytes
             | Type::Message(_)
@@ -104,6 +109,8 @@ pub struct Api {
     pub services: &'static [(&'static str, &'static [Method])],
     /// The messages.
     pub messages: &'static [Message],
+    /// The enums, by name, and their values (name, number).
+    pub enums: &'static [(&'static str, &'static [(&'static str, i32)])],
 }
 
 impl Api {
@@ -337,6 +344,7 @@ pub const KUBELET_V1BETA1: Api = Api {
             ],
         ),
     ],
+    enums: &[],
 };
 
 /// KubeVirt's plugin hook API v1alpha1, DomainHookService (tag v1.9.0).
@@ -367,6 +375,7 @@ pub const KUBEVIRT_HOOKS_V1ALPHA1: Api = Api {
         ),
         msg("MutateDomainResponse", &[f(1, "domain", Bytes)]),
     ],
+    enums: &[],
 };
 
 /// The kubelet's plugin registration API v1 (tag v0.36.3 of k8s.io/kubelet):
@@ -405,6 +414,7 @@ pub const KUBELET_PLUGINREGISTRATION_V1: Api = Api {
         msg("RegistrationStatusResponse", &[]),
         msg("InfoRequest", &[]),
     ],
+    enums: &[],
 };
 
 /// The DRAPlugin service of package `package`, whose paths are given whole
@@ -468,6 +478,7 @@ macro_rules! dra_api {
                     ],
                 ),
             ],
+            enums: &[],
         }
     };
 }
@@ -495,3 +506,43 @@ pub const KUBELET_DRA_V1BETA1: Api = dra_api!(
         rep(4, "cdi_device_ids", String),
     ]
 );
+
+/// The kubelet's DRA resource health API v1 (tag v0.37.2 of k8s.io/kubelet):
+/// package `v1`, without the DRA API's long prefix.
+pub const KUBELET_DRA_HEALTH_V1: Api = Api {
+    package: "v1",
+    services: &[(
+        "DRAResourceHealth",
+        &[Method {
+            path: "/v1.DRAResourceHealth/NodeWatchResources",
+            input: "NodeWatchResourcesRequest",
+            output: "NodeWatchResourcesResponse",
+            server_streaming: true,
+        }],
+    )],
+    messages: &[
+        msg("NodeWatchResourcesRequest", &[]),
+        msg(
+            "DeviceIdentifier",
+            &[f(1, "pool_name", String), f(2, "device_name", String)],
+        ),
+        msg(
+            "DeviceHealth",
+            &[
+                f(1, "device", Message("DeviceIdentifier")),
+                f(2, "health", Type::Enum("HealthStatus")),
+                f(3, "last_updated_time", Int64),
+                f(4, "health_check_timeout_seconds", Int64),
+                f(5, "message", String),
+            ],
+        ),
+        msg(
+            "NodeWatchResourcesResponse",
+            &[rep(1, "devices", Message("DeviceHealth"))],
+        ),
+    ],
+    enums: &[(
+        "HealthStatus",
+        &[("UNKNOWN", 0), ("HEALTHY", 1), ("UNHEALTHY", 2)],
+    )],
+};

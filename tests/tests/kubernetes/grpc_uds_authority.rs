@@ -178,7 +178,11 @@ fn get_info_with_the_percent_encoded_socket_path_as_authority_is_answered() {
         "DRAPlugin".to_string(),
         DRIVER.to_string(),
         d.dra_socket().to_str().unwrap().to_string(),
-        vec!["v1.DRAPlugin".to_string(), "v1beta1.DRAPlugin".to_string()],
+        vec![
+            "v1.DRAPlugin".to_string(),
+            "v1beta1.DRAPlugin".to_string(),
+            "v1.DRAResourceHealth".to_string(),
+        ],
     );
     let authority = grpc_go_authority(&reg);
     assert!(authority.starts_with("%2F"), "{authority}");

@@ -2,7 +2,8 @@
 //! descriptor set protox built for p2p-host (`p2p_host_kube::grpc::FILE_DESCRIPTOR_SET`)
 //! compared with the table transcribed by hand from the upstream API files
 //! (tests/src/grpc_wire/table.rs, which cites them): packages, every method's
-//! full path, request and response types and streaming, every message's
+//! full path, request and response types and streaming, every enum's
+//! values, every message's
 //! fields (number, name, type, wire type, repeated) and reserved numbers. A
 //! field number, name, type or method path that differs from the published
 //! API fails here, whatever the generated code agrees with itself on.
@@ -10,8 +11,8 @@
 use std::collections::BTreeSet;
 
 use p2p_tests::grpc_wire::table::{
-    Api, Field, Type, KUBELET_DRA_V1, KUBELET_DRA_V1BETA1, KUBELET_PLUGINREGISTRATION_V1,
-    KUBELET_V1BETA1, KUBEVIRT_HOOKS_V1ALPHA1,
+    Api, Field, Type, KUBELET_DRA_HEALTH_V1, KUBELET_DRA_V1, KUBELET_DRA_V1BETA1,
+    KUBELET_PLUGINREGISTRATION_V1, KUBELET_V1BETA1, KUBEVIRT_HOOKS_V1ALPHA1,
 };
 use prost::Message as _;
 use prost_types::field_descriptor_proto::{Label, Type as Pt};
@@ -50,6 +51,7 @@ fn want_row(api: &Api, message: &str, f: &Field) -> Row {
         Type::Int32 => (Pt::Int32, String::new()),
         Type::Int64 => (Pt::Int64, String::new()),
         Type::Message(m) => (Pt::Message, format!(".{}.{m}", api.package)),
+        Type::Enum(e) => (Pt::Enum, format!(".{}.{e}", api.package)),
         // A map is a repeated nested entry message named after the field
         // (protobuf.dev, proto3 language guide, "Maps", backwards compatibility).
         Type::MapStringString | Type::MapStringMessage(_) => {
@@ -95,7 +97,7 @@ fn got_row(f: &FieldDescriptorProto) -> Row {
 /// The wire type protobuf encodes a descriptor type with (0 VARINT, 2 LEN).
 fn wire_type(t: Pt) -> u8 {
     match t {
-        Pt::Bool | Pt::Int32 | Pt::Int64 => 0,
+        Pt::Bool | Pt::Int32 | Pt::Int64 | Pt::Enum => 0,
         Pt::String | Pt::Bytes | Pt::Message => 2,
         other => panic!("a type these APIs do not use: {other:?}"),
     }
@@ -169,6 +171,29 @@ fn check_api(api: &Api) {
         .collect();
     assert_eq!(got, want, "{}: methods", api.package);
 
+    // Enums: the same names, each with the same values.
+    let got: Vec<(String, Vec<(String, i32)>)> = file
+        .enum_type
+        .iter()
+        .map(|e| {
+            let values = e
+                .value
+                .iter()
+                .map(|v| (v.name().to_string(), v.number()))
+                .collect();
+            (e.name().to_string(), values)
+        })
+        .collect();
+    let want: Vec<(String, Vec<(String, i32)>)> = api
+        .enums
+        .iter()
+        .map(|(name, values)| {
+            let values = values.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+            (name.to_string(), values)
+        })
+        .collect();
+    assert_eq!(got, want, "{}: enums", api.package);
+
     // Messages: the same set, then each one's fields and reserved numbers.
     let got_names: BTreeSet<&str> = file.message_type.iter().map(|m| m.name()).collect();
     let want_names: BTreeSet<&str> = api.messages.iter().map(|m| m.name).collect();
@@ -231,6 +256,11 @@ fn kubelet_dra_v1beta1_is_the_published_api() {
 }
 
 #[test]
+fn kubelet_dra_health_v1_is_the_published_api() {
+    check_api(&KUBELET_DRA_HEALTH_V1);
+}
+
+#[test]
 fn every_proto_file_is_one_of_the_tables() {
     // A .proto added to host/kube/proto (a new API) needs its table here too.
     let set = descriptors();
@@ -243,6 +273,7 @@ fn every_proto_file_is_one_of_the_tables() {
             KUBELET_PLUGINREGISTRATION_V1.package,
             KUBELET_DRA_V1.package,
             KUBELET_DRA_V1BETA1.package,
+            KUBELET_DRA_HEALTH_V1.package,
         ]),
         "{packages:?}"
     );

@@ -165,7 +165,7 @@ fn the_kubelet_prepares_two_peer_gpus_injects_them_and_unprepares() {
     );
     assert_eq!(
         strs(&reg["versions"]),
-        ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth"],
         "{reg}"
     );
     // By the kubelet's own dial (:authority the percent-encoded path),

@@ -7,6 +7,6 @@
 //! One binary of its own: the guest takes both cores while it boots.
 
 mod claim_lifecycle;
+mod day_two;
 mod deploy_walkthrough;
-mod reboot;
 mod vm_in_pod;

@@ -9,7 +9,8 @@
 //! [`prepare`] is the [`Driver`] (the layer's [`DraDriver`]),
 //! [`allocation`] a claim's devices resolved against the publication,
 //! [`claim_files`] what it writes, [`checkpoint`] what it records, [`vfio`]
-//! binding, [`cdi`] the spec, [`recovery`] what a restart, a reboot or a
+//! binding, [`cdi`] the spec, [`device_health`] the prepared devices'
+//! health, [`recovery`] what a restart, a reboot or a
 //! damaged checkpoint leaves, [`uevents`] the kernel's device events that
 //! wake the publisher.
 //!
@@ -19,6 +20,7 @@ pub mod allocation;
 pub mod cdi;
 pub mod checkpoint;
 pub mod claim_files;
+pub mod device_health;
 pub mod prepare;
 pub mod publication;
 pub mod recovery;

@@ -474,4 +474,8 @@ impl DraDriver for Driver {
     fn reconcile(&self) {
         Driver::reconcile(self);
     }
+
+    fn device_health(&self) -> Vec<crate::kubelet_plugin::driver::DeviceHealth> {
+        Driver::device_health(self)
+    }
 }

@@ -29,6 +29,12 @@ pub trait DraDriver: Send + Sync + 'static {
     /// the generation aside, and publishes them when they differ).
     fn publication(&self, generation: i64) -> Result<Vec<ResourceSlice>, String>;
 
+    /// The health of the devices of the claims prepared now, for the
+    /// kubelet's health stream ([`super::device_health`]). None by default.
+    fn device_health(&self) -> Vec<DeviceHealth> {
+        Vec::new()
+    }
+
     /// Called once the API server is reachable, before the kubelet's calls
     /// are served: the driver lets go of what it recorded for claims the
     /// API server no longer has. Nothing by default.
@@ -52,4 +58,28 @@ pub struct PreparedDevice {
     pub device: String,
     /// The CDI device ids the runtime adds for it.
     pub cdi_ids: Vec<String>,
+}
+
+/// What the driver can say of a device's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Working as prepared.
+    Healthy,
+    /// Failed (gone, taken by another driver, its group broken).
+    Unhealthy,
+    /// Not known.
+    Unknown,
+}
+
+/// One prepared device's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHealth {
+    /// Its pool.
+    pub pool: String,
+    /// Its name in the pool.
+    pub device: String,
+    /// Its health.
+    pub health: Health,
+    /// Why, for a person.
+    pub message: String,
 }

@@ -28,6 +28,7 @@ pub mod api_server;
 pub mod checkpoint;
 pub mod claims;
 pub mod deadline;
+pub mod device_health;
 pub mod driver;
 pub mod events;
 pub mod health;
@@ -203,10 +204,16 @@ pub async fn serve<D: DraDriver>(
             stop_rx.clone(),
         ))
     });
+    let health_stream = device_health::HealthStream::new(driver.clone());
     let service = server::DraService::new(driver, settings.log, report);
     let dra_server = tonic::transport::Server::builder()
         .add_service(v1::dra_plugin_server::DraPluginServer::new(service.clone()))
         .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(service))
+        .add_service(
+            crate::grpc::kubelet_dra_health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                health_stream,
+            ),
+        )
         .serve_with_incoming_shutdown(UnixListenerStream::new(dra), stopped(stop_rx.clone()));
     let info = reg::PluginInfo {
         r#type: server::PLUGIN_TYPE.to_string(),

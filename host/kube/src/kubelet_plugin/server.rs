@@ -25,8 +25,13 @@ pub const PLUGIN_TYPE: &str = "DRAPlugin";
 
 /// The services the driver serves on its DRA socket, newest first, as
 /// `PluginInfo.supported_versions` names them (k8s.io/kubelet v0.36.3,
-/// pkg/apis/dra/v1/types.go `DRAPluginService`, and v1beta1's).
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+/// pkg/apis/dra/v1/types.go `DRAPluginService`, and v1beta1's), and the
+/// optional health stream (v0.37.2, pkg/apis/dra-health/v1/types.go).
+pub const SUPPORTED_VERSIONS: [&str; 3] = [
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    super::device_health::SERVICE,
+];
 
 /// The Registration service.
 #[derive(Debug, Clone)]

@@ -1,11 +1,15 @@
-//! A node rebooted with a pod's claim prepared: the reboot empties
-//! `/var/run` (the claim's CDI spec, its device metadata) and the kernel
-//! forgets the vfio-pci binding; the driver's checkpoint, on disk under the
-//! kubelet's root, still says the claim is prepared. The kubelet starts the
-//! pod again and asks the driver to prepare; the pod's container must come
-//! back with its devices. Expectations from the node's kernel (drivers,
-//! IOMMU groups), the API server (the allocation) and the container's OCI
-//! spec as containerd holds it.
+//! Day two on a real node. A node rebooted with a pod's claim prepared: the
+//! reboot empties `/var/run` (the claim's CDI spec, its device metadata)
+//! and the kernel forgets the vfio-pci binding; the driver's checkpoint, on
+//! disk under the kubelet's root, still says the claim is prepared. The
+//! kubelet starts the pod again and asks the driver to prepare; the pod's
+//! container must come back with its devices. Then the device fails under
+//! the running pod (its function taken off vfio-pci): the real kubelet,
+//! told through the driver's health stream (KEP-4680), must show it
+//! Unhealthy in the pod's status, with the driver's reason. Expectations
+//! from the node's kernel (drivers, IOMMU groups), the API server (the
+//! allocation, the pod's status) and the container's OCI spec as containerd
+//! holds it.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -73,7 +77,7 @@ fn oci_devices(node: &SandboxNode, id: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn a_claim_prepared_before_a_reboot_gives_the_pod_its_devices_after() {
+fn a_prepared_claim_survives_a_reboot_and_its_devices_health_reaches_the_pod() {
     let _one = one_node_at_a_time();
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
@@ -149,16 +153,67 @@ fn a_claim_prepared_before_a_reboot_gives_the_pod_its_devices_after() {
         .sh("ls /var/run/cdi")
         .contains(&format!("gpu.vp2p.io-{uid}.json")));
 
+    // Healthy as the kubelet shows it, then the function taken off
+    // vfio-pci under the running pod: Unhealthy, with the driver's reason.
+    let resource_health = |cp: &ControlPlane| -> Option<(String, String)> {
+        let p = try_get(cp, &["pod", "held"])?;
+        let r = &p["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0];
+        let h = &r["resources"][0];
+        Some((
+            h["health"].as_str()?.to_string(),
+            h["message"].as_str().unwrap_or_default().to_string(),
+        ))
+    };
+    let status = |cp: &ControlPlane| {
+        try_get(cp, &["pod", "held"]).map_or(String::new(), |p| {
+            serde_json::to_string_pretty(&p["status"]["containerStatuses"]).unwrap()
+        })
+    };
+    poll(
+        "held's device Healthy in its status",
+        Duration::from_secs(120),
+        || (resource_health(&cp)?.0 == "Healthy").then_some(()),
+        || status(&cp),
+    );
+    let failed = Instant::now();
+    node.sh(&format!(
+        "echo {bdf} > /sys/bus/pci/devices/{bdf}/driver/unbind"
+    ));
+    let (_, message) = poll(
+        "held's device Unhealthy in its status",
+        Duration::from_secs(120),
+        || resource_health(&cp).filter(|(h, _)| h == "Unhealthy"),
+        || status(&cp),
+    );
+    let told = failed.elapsed().as_secs_f64();
+    step(&format!(
+        "device unbound: Unhealthy in the pod's status {told:.1} s later"
+    ));
+    assert_eq!(
+        message,
+        format!("{bdf} is bound to no driver, not vfio-pci")
+    );
+    let resource = cp.get_json(&["get", "pod", "held"])["status"]["containerStatuses"][0]
+        ["allocatedResourcesStatus"][0]
+        .clone();
+    assert_eq!(resource["name"], "claim:gpu", "{resource}");
+
     cp.kubectl(&["delete", "pod", "held", "--timeout=300s"]);
     cp.kubectl(&["delete", "resourceclaim", "held", "--timeout=120s"]);
     poll(
-        "the stand-in given back",
+        "the claim unprepared",
         Duration::from_secs(120),
-        || (node.driver_of(&bdf) != "vfio-pci").then_some(()),
+        || {
+            node.driver_log()
+                .contains(&format!("unprepared claim default/held (uid {uid})"))
+                .then_some(())
+        },
         || node.driver_log(),
     );
+    assert_ne!(node.driver_of(&bdf), "vfio-pci");
     eprintln!(
-        "reboot: node Ready again {seconds:.1} s after `systemctl reboot`; whole test {:.1} s",
+        "day two: node Ready again {seconds:.1} s after `systemctl reboot`; a failed device \
+         Unhealthy in the pod's status {told:.1} s after; whole test {:.1} s",
         t0.elapsed().as_secs_f64()
     );
 }
