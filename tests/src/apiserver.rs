@@ -2,7 +2,8 @@
 //! `p2p-host dra driver`'s API side: plain HTTP/1.1 (parsed with httparse),
 //! the `resource.k8s.io/v1` paths a node-local DRA driver uses
 //! (ResourceSlices: list with field selectors, get, create, replace, delete;
-//! ResourceClaims: get), answering as the API server does (201 on create,
+//! ResourceClaims: get; the node's Node: get, every name a Node with a uid of
+//! its own), answering as the API server does (201 on create,
 //! 409 AlreadyExists or Conflict, 404 NotFound with a `Status` body), and
 //! recording every request. Answers can be made to fail on purpose.
 
@@ -120,6 +121,14 @@ impl State {
                 }
             }
             return status(405, "MethodNotAllowed", path);
+        }
+        if let (Some(node), "GET") = (p.strip_prefix("/api/v1/nodes/"), method) {
+            return (
+                200,
+                json!({"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": node, "uid": format!("node-uid-{node}"),
+                                    "resourceVersion": "1"}}),
+            );
         }
         if p == SLICES {
             match method {

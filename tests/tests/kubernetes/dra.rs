@@ -592,6 +592,7 @@ fn shipped_manifests_validate_against_kubernetes_1_34_and_1_37() {
             ),
             ("resourceclaims".to_string(), "get".to_string()),
             ("nodes".to_string(), "get".to_string()),
+            ("events".to_string(), "create".to_string()),
         ]
     );
     let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();

@@ -100,6 +100,11 @@ pub struct DriverArgs {
     /// published as a new pool generation), in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     resync_ms: u64,
+    /// How often the API server's copy of the slices is compared with what
+    /// was published (a LIST) when no event of the slices' watch asked
+    /// sooner, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 300_000)]
+    verify_ms: u64,
     /// Bind every endpoint of a claimed device's IOMMU group to vfio-pci at
     /// prepare (driver_override), and give them back at unprepare; without
     /// it a group not wholly on vfio-pci is refused.
@@ -227,6 +232,7 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
         None => Source::Cluster {
             kubeconfig: args.kubeconfig,
             resync: std::time::Duration::from_millis(args.resync_ms.max(1)),
+            verify: std::time::Duration::from_millis(args.verify_ms.max(1)),
         },
     };
     p2p_host_kube::dra_driver::run(s, source)?;

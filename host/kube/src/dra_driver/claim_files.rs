@@ -98,12 +98,12 @@ pub fn write(
             .iter()
             .filter(|r| r.alloc.request == request)
             .collect();
-        let doc = metadata(object, request, &of_request);
         let host = s
             .metadata_dir
             .join(&claim.uid)
             .join(top)
             .join(format!("{driver}-metadata.json"));
+        let doc = metadata(object, request, &of_request, generation(&host));
         let text = serde_json::to_vec_pretty(&doc).expect("JSON values serialize");
         write_atomic(&host, &text).map_err(|e| {
             ClaimError(format!(
@@ -136,18 +136,38 @@ pub fn write(
     Ok(Written { devices, files })
 }
 
+/// The generation the metadata at `host` is written at: 1 for a new file,
+/// one more than the file's when it is written again (a claim prepared
+/// again after its run died, or after its binding was lost), as
+/// Kubernetes' kubelet-plugin library numbers a metadata stream
+/// (k8s.io/dynamic-resource-allocation v0.37.2, kubeletplugin/metadata.go:
+/// 1 at prepare, the previous plus one at each update), so a reader can
+/// tell a rewrite from the file it read.
+fn generation(host: &std::path::Path) -> i64 {
+    let before = std::fs::read(host)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|d| d["metadata"]["generation"].as_i64());
+    before.map_or(1, |g| g + 1)
+}
+
 /// The KEP-5304 device metadata of one request (`DeviceMetadata`,
 /// `metadata.resource.k8s.io/v1alpha1`, as the Kubernetes documentation's
 /// "Device metadata protocol" defines it): the claim, the request, and each
 /// device with the attributes its ResourceSlice publishes, among them
 /// `resource.kubernetes.io/pciBusID`, which KubeVirt reads to find the
 /// function to pass through.
-fn metadata(object: &ResourceClaim, request: &str, devices: &[&Resolved]) -> serde_json::Value {
+fn metadata(
+    object: &ResourceClaim,
+    request: &str,
+    devices: &[&Resolved],
+    generation: i64,
+) -> serde_json::Value {
     let m = &object.metadata;
     let mut doc = json!({
         "kind": "DeviceMetadata",
         "apiVersion": "metadata.resource.k8s.io/v1alpha1",
-        "metadata": {"name": m.name, "namespace": m.namespace, "uid": m.uid, "generation": m.generation},
+        "metadata": {"name": m.name, "namespace": m.namespace, "uid": m.uid, "generation": generation},
         "requests": [{
             "name": request,
             "devices": devices.iter().map(|r| json!({
@@ -171,21 +191,27 @@ fn metadata(object: &ResourceClaim, request: &str, devices: &[&Resolved]) -> ser
 mod tests {
     use super::*;
 
-    /// The metadata's `metadata` is the claim's own, generation included
-    /// (KEP-5304's DeviceMetadata carries the claim's ObjectMeta fields; the
-    /// API server raises a claim's generation, for example when its deletion
-    /// is requested while a finalizer holds it).
+    /// The metadata's generation is 1 when first written and one more at
+    /// each rewrite (the kubelet-plugin library's rule); a file that does
+    /// not read starts again at 1.
     #[test]
-    fn the_metadata_carries_the_claims_generation() {
+    fn the_metadata_generation_counts_its_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("gpu.vp2p.io-metadata.json");
+        assert_eq!(generation(&host), 1);
         let claim: ResourceClaim = serde_json::from_value(json!({
-            "metadata": {"name": "vm", "namespace": "vms", "uid": "u1", "generation": 3},
-            "status": {}
+            "metadata": {"name": "vm", "namespace": "vms", "uid": "u1"}, "status": {}
         }))
         .unwrap();
-        let doc = metadata(&claim, "gpu", &[]);
-        assert_eq!(
-            doc["metadata"],
-            json!({"name": "vm", "namespace": "vms", "uid": "u1", "generation": 3})
-        );
+        for want in 1..=3 {
+            let doc = metadata(&claim, "gpu", &[], generation(&host));
+            assert_eq!(
+                doc["metadata"],
+                json!({"name": "vm", "namespace": "vms", "uid": "u1", "generation": want})
+            );
+            std::fs::write(&host, doc.to_string()).unwrap();
+        }
+        std::fs::write(&host, "{").unwrap();
+        assert_eq!(generation(&host), 1);
     }
 }

@@ -315,8 +315,12 @@ impl ApiServer {
 
     /// Calls `changed` at every event of the driver's slices of `node` (its
     /// own writes too: the caller only compares the API server's copy with
-    /// what it published), watching again after an error or the end of a
-    /// watch, until `stop` is set.
+    /// what it published), until `stop` is set. The watch asks for
+    /// bookmarks and, when the server ends it (every 290 s) or it breaks,
+    /// is taken up again from the last resourceVersion seen: no list, no
+    /// replay of the slices. Only at start and after 410 Gone (the version
+    /// compacted away) is it started anew, and then `changed` is called so
+    /// the caller checks the API server's copy once.
     pub async fn watch_slices(
         &self,
         node: &str,
@@ -328,13 +332,17 @@ impl ApiServer {
         let wp = WatchParams::default()
             .fields(&format!("spec.nodeName={node},spec.driver={driver}"))
             .timeout(290);
+        // "0": the server's cache, the slices there sent as ADDED first.
+        let mut version = "0".to_string();
         loop {
             // Bounded until the answer starts; the events then come as they come.
             let started = Self::within("watching the ResourceSlices", self.timeout, async {
-                self.slices().watch(&wp, "0").await
+                self.slices().watch(&wp, &version).await
             })
             .await;
-            match started {
+            // Whether the watch ended as the server ends it (taken up again
+            // at once) or broke (taken up after a second).
+            let ended_cleanly = match started {
                 Ok(Ok(events)) => {
                     let mut events = std::pin::pin!(events);
                     loop {
@@ -343,25 +351,53 @@ impl ApiServer {
                             _ = stop.wait_for(|s| *s) => return,
                         };
                         match event {
-                            Some(Ok(WatchEvent::Bookmark(_))) => {}
+                            Some(Ok(WatchEvent::Bookmark(b))) => {
+                                version = b.metadata.resource_version;
+                            }
+                            Some(Ok(
+                                WatchEvent::Added(o)
+                                | WatchEvent::Modified(o)
+                                | WatchEvent::Deleted(o),
+                            )) => {
+                                if let Some(v) = o.metadata.resource_version {
+                                    version = v;
+                                }
+                                changed();
+                            }
                             Some(Ok(WatchEvent::Error(e))) => {
-                                // 410 Gone after a long quiet: watched anew.
-                                if e.code != 410 {
+                                if e.code == 410 {
+                                    // Compacted away: anew, and the caller looks.
+                                    version = "0".into();
+                                    changed();
+                                } else {
                                     log(&format!("watching the ResourceSlices: {e}"));
                                 }
-                                break;
+                                break false;
                             }
-                            Some(Ok(_)) => changed(),
                             Some(Err(e)) => {
                                 log(&format!("watching the ResourceSlices: {e}"));
-                                break;
+                                break false;
                             }
-                            None => break,
+                            // The server's timeout.
+                            None => break true,
                         }
                     }
                 }
-                Ok(Err(e)) => log(&format!("watching the ResourceSlices: {e}")),
-                Err(e) => log(&e.to_string()),
+                Ok(Err(e)) => {
+                    if status(&e) == Some(410) {
+                        version = "0".into();
+                        changed();
+                    }
+                    log(&format!("watching the ResourceSlices: {e}"));
+                    false
+                }
+                Err(e) => {
+                    log(&e.to_string());
+                    false
+                }
+            };
+            if ended_cleanly {
+                continue;
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}

@@ -308,7 +308,7 @@ pub async fn serve<D: DraDriver>(
 pub async fn serve_cluster<D: DraDriver>(
     settings: PluginSettings,
     api: api_server::ApiServer,
-    resync: Duration,
+    cadence: publisher::Cadence,
     devices_changed: Arc<Notify>,
     driver: impl FnOnce(Box<dyn ClaimSource>) -> Result<D, String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -359,7 +359,7 @@ pub async fn serve_cluster<D: DraDriver>(
             metrics: report.metrics.clone(),
         },
         settings.clone(),
-        resync,
+        cadence,
         publisher::Wakers {
             devices_changed,
             api_changed,
@@ -407,12 +407,16 @@ pub enum Source {
     /// ResourceClaim objects in a directory; nothing published.
     Dir(PathBuf),
     /// The API server (in cluster, or this kubeconfig): claims read there,
-    /// slices published, checked for changes every `resync`.
+    /// slices published, the devices checked for changes every `resync`,
+    /// the API server's copy every `verify` (and at each watch event).
     Cluster {
         /// A kubeconfig, or none for the pod's own credentials.
         kubeconfig: Option<PathBuf>,
         /// How often the devices are checked for changes.
         resync: Duration,
+        /// How often the API server's copy is compared without a watch
+        /// event asking.
+        verify: Duration,
     },
 }
 
@@ -442,12 +446,17 @@ pub fn run<D: DraDriver>(
                 let health = Arc::new(health::Health::new(false));
                 serve(settings, Arc::new(driver), health, Report::new(), shutdown).await
             }
-            Source::Cluster { kubeconfig, resync } => {
+            Source::Cluster {
+                kubeconfig,
+                resync,
+                verify,
+            } => {
                 let api =
                     api_server::ApiServer::connect(kubeconfig.as_deref(), settings.api_timeout)
                         .await
                         .map_err(|e| PluginError::Setup(e.to_string()))?;
-                serve_cluster(settings, api, resync, devices_changed, driver, shutdown).await
+                let cadence = publisher::Cadence { resync, verify };
+                serve_cluster(settings, api, cadence, devices_changed, driver, shutdown).await
             }
         }
     })

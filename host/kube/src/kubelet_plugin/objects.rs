@@ -114,7 +114,6 @@ pub fn claim(obj: DynamicObject) -> serde_json::Result<ResourceClaim> {
             name: m.name.unwrap_or_default(),
             namespace: m.namespace.unwrap_or_default(),
             uid: m.uid.unwrap_or_default(),
-            generation: m.generation.unwrap_or_default(),
             annotations: m.annotations.unwrap_or_default(),
         },
         status,

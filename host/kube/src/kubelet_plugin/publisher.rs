@@ -33,11 +33,13 @@ fn same_slices(a: &[ResourceSlice], b: &[ResourceSlice]) -> bool {
 /// Publishes the node's slices whenever the driver's differ from those last
 /// published (a device bound, unbound, appeared or gone: a new pool
 /// generation) or the API server no longer holds them as published (deleted,
-/// edited, or not owned by the Node), asking the driver every `resync` and
-/// at once when `devices_changed` is notified, and checking the API
-/// server's copy at once when `api_changed` is notified (an event of the
-/// slices' watch: that check asks the driver nothing), until `stop`; an API
-/// server that fails is retried sooner ([`Retry`]). The first publication
+/// edited, or not owned by the Node), asking the driver every
+/// `cadence.resync` and at once when `devices_changed` is notified, and
+/// checking the API server's copy (a LIST) at once when `api_changed` is
+/// notified (an event of the slices' watch: that check asks the driver
+/// nothing), and otherwise only every `cadence.verify`, until `stop`: a
+/// quiet node sends the API server nothing but its watch. An API server
+/// that fails is retried sooner ([`Retry`]). The first publication
 /// adopts the slices of an earlier run: the same names, the next pool
 /// generation.
 pub async fn publish_loop<D: DraDriver>(
@@ -45,7 +47,7 @@ pub async fn publish_loop<D: DraDriver>(
     driver: Arc<D>,
     told: Told,
     settings: PluginSettings,
-    resync: Duration,
+    cadence: Cadence,
     wakers: Wakers,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -78,7 +80,12 @@ pub async fn publish_loop<D: DraDriver>(
     // The slices last published.
     let mut last: Option<Vec<ResourceSlice>> = None;
     let mut api_only = false;
+    let Cadence { resync, verify } = cadence;
     let mut retry = Retry::new(resync);
+    // When the API server's copy was last compared with ours (a LIST): on a
+    // watch event, and otherwise only every `verify`.
+    let mut verified = tokio::time::Instant::now();
+    let mut first = true;
     loop {
         let next = generation + 1;
         // What to publish, if anything: the driver's slices now, or (on an
@@ -104,12 +111,19 @@ pub async fn publish_loop<D: DraDriver>(
             // Unchanged slices, but gone from the API server (the kubelet's
             // DRA manager deletes a node's slices when it starts) or edited
             // there: published again.
+            // A failed publication is looked at again at its retry.
+            let verify_now = api_only || first || retry.failing() || verified.elapsed() >= verify;
             let lost = !changed
+                && verify_now
                 && match api
                     .holds(&node, &driver_name, &slices, owner.as_ref())
                     .await
                 {
-                    Ok(held) => !held,
+                    Ok(held) => {
+                        verified = tokio::time::Instant::now();
+                        first = false;
+                        !held
+                    }
                     Err(e) => {
                         log(&format!("reading the published slices: {e}"));
                         false
@@ -132,6 +146,8 @@ pub async fn publish_loop<D: DraDriver>(
                             owner.as_ref().map(|o| o.uid.as_str()).unwrap_or_default()
                         ));
                         last = Some(slices);
+                        verified = tokio::time::Instant::now();
+                        first = false;
                         retry.succeeded();
                     }
                     Err(e) => {
@@ -226,9 +242,23 @@ impl Retry {
         });
     }
 
+    fn failing(&self) -> bool {
+        self.failed.is_some()
+    }
+
     fn succeeded(&mut self) {
         self.failed = None;
     }
+}
+
+/// How often the publisher looks without being woken.
+#[derive(Debug, Clone, Copy)]
+pub struct Cadence {
+    /// The driver's devices asked for (a local read: sysfs for vp2p).
+    pub resync: Duration,
+    /// The API server's copy compared with what was published (a LIST),
+    /// when no watch event asked for it sooner.
+    pub verify: Duration,
 }
 
 /// Who is told of each publication: the readiness probe (the first one)

@@ -38,10 +38,6 @@ pub struct ClaimMeta {
     /// Its uid (what the kubelet names it by).
     #[serde(default)]
     pub uid: String,
-    /// Its generation (the API server's `metadata.generation`; the device
-    /// metadata carries it).
-    #[serde(default)]
-    pub generation: i64,
     /// Its annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
