@@ -424,3 +424,31 @@ pub fn docs_dra_yaml_blocks() -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// A Prometheus text scrape read by Prometheus' own parser (`kube-peers
+/// metrics-parse`, expfmt's TextParser): the families by name, each with
+/// its type, help and samples (labels, value or a histogram's count, sum and
+/// buckets). A scrape the parser refuses fails the test, with the scrape.
+pub fn metrics_parse(scrape: &str) -> Value {
+    use std::io::Write;
+    let mut parse = Command::new(kube_peers())
+        .arg("metrics-parse")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kube-peers runs");
+    parse
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(scrape.as_bytes())
+        .expect("the scrape written");
+    let out = parse.wait_with_output().expect("kube-peers metrics-parse");
+    assert!(
+        out.status.success(),
+        "Prometheus' parser refused the scrape: {}\n{scrape}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("metrics-parse prints JSON")
+}

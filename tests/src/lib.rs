@@ -180,3 +180,12 @@ pub fn yaml_documents(text: &str) -> Vec<serde_yaml::Value> {
         .filter(|v| !v.is_null())
         .collect()
 }
+
+/// A TCP port free on loopback now (the OS's next ephemeral one).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a loopback port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}

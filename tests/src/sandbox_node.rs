@@ -198,6 +198,35 @@ impl SandboxNode {
         started.elapsed().as_secs_f64()
     }
 
+    /// The driver's log and `kubectl describe pod POD`: what a wait on the
+    /// pod shows when it gives up.
+    pub fn pod_context(&self, cp: &ControlPlane, pod: &str) -> String {
+        format!(
+            "{}\n{}",
+            self.driver_log(),
+            cp.try_kubectl(&["describe", "pod", pod])
+                .unwrap_or_else(|e| e)
+        )
+    }
+
+    /// The device nodes of container `id` (a CRI `containerd://` id or a
+    /// bare one) in the OCI spec containerd holds for it.
+    pub fn oci_devices(&self, id: &str) -> std::collections::BTreeSet<String> {
+        let info = self.sh(&format!(
+            "ctr -n k8s.io containers info {}",
+            id.trim_start_matches("containerd://")
+        ));
+        let info: Value = serde_json::from_str(&info).expect("ctr's container info");
+        info["Spec"]["linux"]["devices"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|d| d["path"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Container `container` of pod `namespace/pod` (uid `uid`) as the
     /// kubelet's log files on the node hold it: (stream, text) per CRI log
     /// line (time, stream, tag, text).
@@ -250,6 +279,18 @@ impl Drop for SandboxNode {
         let dir = self.cp_dir.to_str().unwrap_or_default().to_string();
         let _ = node_sh(&["down", dir.as_str(), "--name", NODE]);
     }
+}
+
+/// A control plane for nodes in target/kube-peers/runs/`run` (made anew)
+/// and [`NODE`] booted for it with vp2p's images (the vm-launcher's too
+/// with `vm`), Ready within 15 minutes. Bind both (`let (cp, node) =`):
+/// the node is powered off before its control plane stops.
+pub fn boot_node(run: &str, vm: bool) -> (ControlPlane, SandboxNode) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let archives = images(dir.path(), vm);
+    let cp = ControlPlane::start_for_nodes(&crate::target_dir().join("kube-peers/runs").join(run));
+    let node = SandboxNode::boot(&cp, &archives, Duration::from_secs(900));
+    (cp, node)
 }
 
 /// `helm install vp2p` of the shipped chart into kube-system, the driver

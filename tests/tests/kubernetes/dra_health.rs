@@ -15,15 +15,6 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-/// A port no one listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn status(port: u16, service: &str) -> Option<ServingStatus> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .ok()?
@@ -61,7 +52,7 @@ fn probes_say_the_sockets_answer_and_the_kubelet_registered_the_plugin() {
     use ServingStatus::{NotServing, Serving};
     let d = Dirs::new();
     let tree = vfio_tree(&d.root);
-    let port = free_port();
+    let port = p2p_tests::free_port();
     let _p = start(&d, &tree, &["--healthcheck-port", &port.to_string()]);
     rt().block_on(async {
         until(port, "liveness", Serving).await;

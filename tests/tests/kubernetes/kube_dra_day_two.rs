@@ -185,6 +185,18 @@ fn logged(cp: &ControlPlane, node: &SimNode, text: &str) {
     let _ = cp;
 }
 
+/// The driver started again, which must exit with status 1: what it said.
+fn refused_at_start(node: &mut SimNode) -> String {
+    node.start_driver(&[]);
+    assert_eq!(
+        node.exited(Duration::from_secs(30)),
+        Some(1),
+        "{}",
+        node.driver_log()
+    );
+    node.driver_log()
+}
+
 /// A truncated checkpoint and one of a newer version each stop the driver
 /// at start with an error naming the file (the byte where reading stopped)
 /// and `--recover`; `--recover` moves the file aside, releases the claim it
@@ -200,14 +212,7 @@ fn a_damaged_or_newer_checkpoint_is_named_and_recover_starts_clean() {
     let text = std::fs::read_to_string(&path).unwrap();
     let half = text.len() / 2;
     std::fs::write(&path, &text[..half]).unwrap();
-    node.start_driver(&[]);
-    assert_eq!(
-        node.exited(Duration::from_secs(30)),
-        Some(1),
-        "{}",
-        node.driver_log()
-    );
-    let log = node.driver_log();
+    let log = refused_at_start(&mut node);
     let named = format!(
         "the checkpoint {} is damaged at byte {half} (line ",
         path.display()
@@ -220,14 +225,7 @@ fn a_damaged_or_newer_checkpoint_is_named_and_recover_starts_clean() {
     let mut newer: Value = serde_json::from_str(&text).unwrap();
     newer["version"] = json!(2);
     std::fs::write(&path, newer.to_string()).unwrap();
-    node.start_driver(&[]);
-    assert_eq!(
-        node.exited(Duration::from_secs(30)),
-        Some(1),
-        "{}",
-        node.driver_log()
-    );
-    let log = node.driver_log();
+    let log = refused_at_start(&mut node);
     assert!(
         log.contains(&format!(
             "the checkpoint {} is of version 2, written by a newer driver (this driver reads version 1): run that driver again",
@@ -374,15 +372,6 @@ fn a_claim_for_admin_access_gets_metadata_and_no_vfio_group() {
     gone.expect("unprepared");
 }
 
-/// A TCP port free now on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /metrics` on `port`, read by Prometheus' own text parser
 /// (`kube-peers metrics-parse`, expfmt's TextParser): the families by name.
 fn scrape(port: u16) -> Value {
@@ -402,26 +391,7 @@ fn scrape(port: u16) -> Value {
             .contains("content-type: text/plain; version=0.0.4"),
         "{head}"
     );
-    let mut parse = std::process::Command::new(p2p_tests::kube::kube_peers())
-        .arg("metrics-parse")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kube-peers runs");
-    parse
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = parse.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "Prometheus' parser refused the scrape: {}\n{body}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    p2p_tests::kube::metrics_parse(body)
 }
 
 /// The sample of `family` whose labels are `labels`.
@@ -441,7 +411,7 @@ fn sample<'a>(families: &'a Value, family: &str, labels: Value) -> &'a Value {
 #[test]
 fn a_failed_prepare_is_an_event_on_its_claim_and_pod_and_is_counted() {
     let cp = setup();
-    let port = free_port();
+    let port = p2p_tests::free_port();
     let node = SimNode::start_in_pod(cp, "told-a", NESTED, &["--metrics-port", &port.to_string()]);
     let (_, spec) = prepared(cp, &node, "told-a-ok");
     let (_, gone) = kubelet_call(cp, &node, NS, "told-a-ok", true);

@@ -8,32 +8,15 @@
 
 use std::time::{Duration, Instant};
 
-use p2p_tests::kube::{kube_peers, ControlPlane};
+use p2p_tests::kube::{metrics_parse, ControlPlane};
 use p2p_tests::kube_node::{dra_manifests, SimNode};
-use serde_json::Value;
 
 const NESTED: &str = "qemu-11.1-nested-switch-iommu-on";
 
 /// The API server's count of ResourceSlice requests by verb, from its
 /// /metrics read by `kube-peers metrics-parse` (expfmt's parser).
 fn slice_requests(cp: &ControlPlane, verb: &str) -> f64 {
-    use std::io::Write;
-    let scrape = cp.kubectl(&["get", "--raw", "/metrics"]);
-    let mut parse = std::process::Command::new(kube_peers())
-        .arg("metrics-parse")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("kube-peers runs");
-    parse
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(scrape.as_bytes())
-        .unwrap();
-    let out = parse.wait_with_output().unwrap();
-    assert!(out.status.success(), "the API server's /metrics parses");
-    let families: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let families = metrics_parse(&cp.kubectl(&["get", "--raw", "/metrics"]));
     families["apiserver_request_total"]["samples"]
         .as_array()
         .expect("apiserver_request_total")

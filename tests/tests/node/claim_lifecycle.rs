@@ -10,10 +10,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use p2p_tests::kube::ControlPlane;
+use p2p_tests::repo_root;
 use p2p_tests::sandbox_node::{
-    driver_pod_ready, helm_install, images, one_node_at_a_time, poll, try_get, SandboxNode, NODE,
+    boot_node, driver_pod_ready, helm_install, one_node_at_a_time, poll, try_get, SandboxNode, NODE,
 };
-use p2p_tests::{repo_root, target_dir};
 use serde_json::Value;
 
 /// A pod with two containers on claim `claim` (a template's name or a
@@ -175,11 +175,7 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
     let _one = one_node_at_a_time();
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
-    let dir = tempfile::tempdir().unwrap();
-    let archives = images(dir.path(), false);
-    let cp =
-        ControlPlane::start_for_nodes(&target_dir().join("kube-peers/runs/node-claim-lifecycle"));
-    let node = SandboxNode::boot(&cp, &archives, Duration::from_secs(900));
+    let (cp, node) = boot_node("node-claim-lifecycle", false);
     step(&format!(
         "node Ready {:.1} s after QEMU started",
         node.boot_seconds
@@ -374,27 +370,10 @@ fn a_claim_for_peer_gpus_lives_and_ends_on_a_real_node() {
                 && hold["state"]["running"].is_object())
             .then(|| hold["containerID"].as_str().unwrap().to_string())
         },
-        || {
-            format!(
-                "{}\n{}",
-                node.driver_log(),
-                cp.try_kubectl(&["describe", "pod", "peers"])
-                    .unwrap_or_else(|e| e)
-            )
-        },
+        || node.pod_context(&cp, "peers"),
     );
     step("sandbox made anew; claim answered from the driver's checkpoint");
-    let spec = node.sh(&format!(
-        "ctr -n k8s.io containers info {}",
-        again.trim_start_matches("containerd://")
-    ));
-    let spec: Value = serde_json::from_str(&spec).expect("ctr's container info");
-    let devices: BTreeSet<String> = spec["Spec"]["linux"]["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["path"].as_str().unwrap().to_string())
-        .collect();
+    let devices = node.oci_devices(&again);
     for bdf in &pair {
         let group = format!("/dev/vfio/{}", node.iommu_group(bdf));
         assert!(

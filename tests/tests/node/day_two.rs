@@ -11,15 +11,12 @@
 //! allocation, the pod's status) and the container's OCI spec as containerd
 //! holds it.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use p2p_tests::kube::ControlPlane;
 use p2p_tests::sandbox_node::{
-    driver_pod_ready, helm_install, images, one_node_at_a_time, poll, try_get, SandboxNode,
+    boot_node, driver_pod_ready, helm_install, one_node_at_a_time, poll, try_get,
 };
-use p2p_tests::target_dir;
-use serde_json::Value;
 
 /// A claim for one stand-in GPU and a pod holding it (the pause image,
 /// started again whenever its sandbox is made anew).
@@ -59,32 +56,12 @@ fn running_hold(cp: &ControlPlane, not: Option<&str>) -> Option<String> {
     (c["state"]["running"].is_object() && Some(id) != not).then(|| id.to_string())
 }
 
-/// The device nodes of container `id` in its OCI spec.
-fn oci_devices(node: &SandboxNode, id: &str) -> BTreeSet<String> {
-    let info = node.sh(&format!(
-        "ctr -n k8s.io containers info {}",
-        id.trim_start_matches("containerd://")
-    ));
-    let info: Value = serde_json::from_str(&info).expect("ctr's container info");
-    info["Spec"]["linux"]["devices"]
-        .as_array()
-        .map(|d| {
-            d.iter()
-                .filter_map(|d| d["path"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn a_prepared_claim_survives_a_reboot_and_its_devices_health_reaches_the_pod() {
     let _one = one_node_at_a_time();
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
-    let dir = tempfile::tempdir().unwrap();
-    let archives = images(dir.path(), false);
-    let cp = ControlPlane::start_for_nodes(&target_dir().join("kube-peers/runs/node-reboot"));
-    let node = SandboxNode::boot(&cp, &archives, Duration::from_secs(900));
+    let (cp, node) = boot_node("node-reboot", false);
     step("node Ready");
     helm_install(&cp);
     driver_pod_ready(&cp, Duration::from_secs(300));
@@ -112,7 +89,7 @@ fn a_prepared_claim_survives_a_reboot_and_its_devices_health_reaches_the_pod() {
     };
     let group = format!("/dev/vfio/{}", node.iommu_group(&bdf));
     assert_eq!(node.driver_of(&bdf), "vfio-pci");
-    assert!(oci_devices(&node, &first).contains(&group));
+    assert!(node.oci_devices(&first).contains(&group));
     let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
     assert!(node
         .sh("ls /var/run/cdi")
@@ -125,14 +102,7 @@ fn a_prepared_claim_survives_a_reboot_and_its_devices_health_reaches_the_pod() {
         "held's container runs again after the reboot",
         Duration::from_secs(420),
         || running_hold(&cp, Some(&first)),
-        || {
-            format!(
-                "{}\n{}",
-                node.driver_log(),
-                cp.try_kubectl(&["describe", "pod", "held"])
-                    .unwrap_or_else(|e| e)
-            )
-        },
+        || node.pod_context(&cp, "held"),
     );
     step("held's container runs again");
     let log = node.driver_log();
@@ -147,7 +117,7 @@ fn a_prepared_claim_survives_a_reboot_and_its_devices_health_reaches_the_pod() {
         node.iommu_group(&bdf).to_string(),
         group["/dev/vfio/".len()..]
     );
-    let devices = oci_devices(&node, &again);
+    let devices = node.oci_devices(&again);
     assert!(devices.contains(&group), "{group} in {devices:?}");
     assert!(node
         .sh("ls /var/run/cdi")

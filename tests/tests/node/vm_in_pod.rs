@@ -11,11 +11,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use p2p_tests::kube::ControlPlane;
-use p2p_tests::sandbox_node::{
-    helm_install, images, one_node_at_a_time, poll, try_get, SandboxNode,
-};
-use p2p_tests::{repo_root, target_dir};
+use p2p_tests::repo_root;
+use p2p_tests::sandbox_node::{boot_node, helm_install, one_node_at_a_time, poll, try_get};
 use p2p_topology::{Clique, P2pCapability};
 use serde_json::Value;
 
@@ -68,10 +65,7 @@ fn planned(log: &str) -> Vec<(String, String, u8)> {
 fn a_vm_in_a_pod_reads_the_cliques_the_plan_gave() {
     let _one = one_node_at_a_time();
     let t0 = Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let archives = images(dir.path(), true);
-    let cp = ControlPlane::start_for_nodes(&target_dir().join("kube-peers/runs/node-vm-in-pod"));
-    let node = SandboxNode::boot(&cp, &archives, Duration::from_secs(900));
+    let (cp, node) = boot_node("node-vm-in-pod", true);
     helm_install(&cp);
     let templates = std::fs::read_to_string(
         repo_root().join("host/kubernetes/dra/claim-templates-tiered.yaml"),
