@@ -513,3 +513,48 @@ fn a_failed_prepare_is_an_event_on_its_claim_and_pod_and_is_counted() {
     delete_pod(cp, NS, "told-a-vm");
     delete_pod(cp, NS, "told-a-ok");
 }
+
+/// Fabric Manager's partition list (`fmpm -l` output) rewritten on the
+/// host while the driver runs (a partition of 27:00.0 and 28:00.0 gets
+/// another id): the slices carry the new id within seconds, as
+/// `fmPartition2`, without a restart; a file that stops reading keeps it.
+#[test]
+fn a_changed_partition_list_reaches_the_slices_without_a_restart() {
+    let cp = setup();
+    let tmp = tempfile::tempdir().unwrap();
+    let fmpm = tmp.path().join("fmpm-l.json");
+    let list = |id: u32| {
+        format!(
+            r#"{{"maxNumPartitions": 1, "numPartitions": 1, "partitionInfo": [
+  {{"gpuInfo": [{{"pciBusId": "00000000:27:00.0"}}, {{"pciBusId": "00000000:28:00.0"}}],
+   "isActive": 0, "numGpus": 2, "partitionId": {id}}}], "version": 1}}"#
+        )
+    };
+    std::fs::write(&fmpm, list(7)).unwrap();
+    let more = ["--fm-partitions", fmpm.to_str().unwrap(), "--no-nvml"];
+    let mut node = SimNode::start_in_pod(cp, "fm-a", NESTED, &more);
+    let partition = |node: &SimNode| -> Option<Value> {
+        node.slices(cp).first()?["spec"]["devices"]
+            .as_array()?
+            .iter()
+            .find(|d| d["name"] == "gpu-0000-27-00-0")?["attributes"]
+            .get("gpu.vp2p.io/fmPartition2")
+            .cloned()
+    };
+    assert_eq!(partition(&node), Some(json!({"int": 7})));
+    std::fs::write(&fmpm, list(11)).unwrap();
+    let t = std::time::Instant::now();
+    cp.wait_for(
+        "fmPartition2 = 11 published",
+        Duration::from_secs(30),
+        || (partition(&node) == Some(json!({"int": 11}))).then_some(()),
+    );
+    eprintln!(
+        "new partition id published {:.1} s after the file changed",
+        t.elapsed().as_secs_f64()
+    );
+    std::fs::write(&fmpm, "{").unwrap();
+    logged(cp, &node, "the 1 partition(s) read before are kept");
+    assert_eq!(partition(&node), Some(json!({"int": 11})));
+    assert_eq!(node.terminate(), Some(0));
+}

@@ -56,7 +56,8 @@ pub struct DriverArgs {
     #[command(flatten)]
     nvlinks: super::select::NvLinkArgs,
     /// Fabric Manager's partition list (`fmpm -l` output): an
-    /// fmPartition<N> attribute per partition size. Read once at start.
+    /// fmPartition<N> attribute per partition size. Read again when it
+    /// changes (looked at with the devices, every --resync-ms).
     #[arg(long, value_name = "FILE")]
     fm_partitions: Option<PathBuf>,
     /// The node's name (the pool the claims' devices are in).
@@ -208,7 +209,13 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
     );
     s.sysfs_root = args.sysfs_root;
     s.selector = selector;
-    s.partitions = super::select::read_fm_partitions(args.fm_partitions.as_deref())?;
+    s.partitions = match &args.fm_partitions {
+        Some(path) => Some(Arc::new(
+            p2p_host_kube::dra_driver::fm_partitions::FmPartitionsFile::open(path, s.plugin.log)
+                .map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
     s.bind = args.bind;
     s.iommufd = args.iommufd;
     s.cdi_dir = args.cdi_dir;

@@ -21,6 +21,7 @@ pub mod cdi;
 pub mod checkpoint;
 pub mod claim_files;
 pub mod device_health;
+pub mod fm_partitions;
 pub mod prepare;
 pub mod publication;
 pub mod recovery;
@@ -32,7 +33,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use p2p_allocation::chooser::FmPartition;
 use p2p_topology::{GpuSelector, TopologyReader};
 
 pub use crate::kubelet_plugin::{
@@ -53,8 +53,9 @@ pub struct Settings {
     pub reader: Arc<dyn TopologyReader>,
     /// Which functions are GPUs.
     pub selector: GpuSelector,
-    /// Fabric Manager's partitions (an `fmPartition<N>` attribute per size).
-    pub partitions: Option<Vec<FmPartition>>,
+    /// Fabric Manager's partitions (an `fmPartition<N>` attribute per
+    /// size), from a file read again when it changes.
+    pub partitions: Option<Arc<fm_partitions::FmPartitionsFile>>,
     /// Bind group endpoints to vfio-pci at prepare (otherwise refuse).
     pub bind: bool,
     /// Give containers `/dev/iommu` and the VFIO cdev instead of the group.

@@ -34,7 +34,8 @@ pub fn build(settings: &Settings, generation: i64) -> Result<(Topology, Publicat
     );
     opts.bind = settings.bind;
     opts.generation = generation;
-    opts.partitions = settings.partitions.as_deref();
+    let partitions = settings.partitions.as_ref().map(|p| p.current());
+    opts.partitions = partitions.as_deref().map(Vec::as_slice);
     let publication = p2p_allocation::dra::build_slices(&topo, &opts).map_err(|e| e.to_string())?;
     Ok((topo, publication))
 }
