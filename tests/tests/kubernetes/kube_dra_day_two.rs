@@ -172,7 +172,7 @@ fn prepared(cp: &ControlPlane, node: &SimNode, name: &str) -> (String, std::path
 }
 
 /// Waits until the driver's log holds `text`.
-fn logged(cp: &ControlPlane, node: &SimNode, text: &str) {
+fn logged(node: &SimNode, text: &str) {
     let start = std::time::Instant::now();
     while !node.driver_log().contains(text) {
         assert!(
@@ -182,7 +182,6 @@ fn logged(cp: &ControlPlane, node: &SimNode, text: &str) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = cp;
 }
 
 /// The driver started again, which must exit with status 1: what it said.
@@ -237,7 +236,7 @@ fn a_damaged_or_newer_checkpoint_is_named_and_recover_starts_clean() {
     let orphan = node.cdi.join(format!("{DRIVER}-0d0d0d0d-lost.json"));
     std::fs::copy(&spec, &orphan).unwrap();
     node.start_driver(&["--recover"]);
-    logged(cp, &node, "published 3 device(s)");
+    logged(&node, "published 3 device(s)");
     let log = node.driver_log();
     assert!(
         log.contains(&format!(
@@ -283,12 +282,11 @@ fn a_claim_deleted_while_the_driver_was_down_is_released_at_start() {
             .then_some(())
     });
     node.start_driver(&[]);
-    logged(
-        cp,
-        &node,
-        &format!("claim {NS}/reconcile-a-vm (uid {uid}): gone from the API server while the driver was away: releasing it"),
+    let released = format!(
+        "claim {NS}/reconcile-a-vm (uid {uid}): gone from the API server while the driver was away: releasing it"
     );
-    logged(cp, &node, "published 3 device(s)");
+    logged(&node, &released);
+    logged(&node, "published 3 device(s)");
     assert!(!spec.exists());
     assert!(node.recorded_claims().is_empty());
     assert_eq!(node.terminate(), Some(0));
@@ -554,7 +552,7 @@ fn a_changed_partition_list_reaches_the_slices_without_a_restart() {
         t.elapsed().as_secs_f64()
     );
     std::fs::write(&fmpm, "{").unwrap();
-    logged(cp, &node, "the 1 partition(s) read before are kept");
+    logged(&node, "the 1 partition(s) read before are kept");
     assert_eq!(partition(&node), Some(json!({"int": 11})));
     assert_eq!(node.terminate(), Some(0));
 }
