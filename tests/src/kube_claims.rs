@@ -166,3 +166,22 @@ pub fn kubelet_call(
     });
     (uid, answer)
 }
+
+/// A pod `name` in namespace `ns` on `node` with a one-GPU claim of that
+/// name, scheduled, and the claim prepared through the node's DRA socket:
+/// the claim's uid and its CDI spec (which must exist).
+pub fn prepared(
+    cp: &ControlPlane,
+    node: &SimNode,
+    ns: &str,
+    name: &str,
+) -> (String, std::path::PathBuf) {
+    cp.apply(&one_gpu_pod(ns, name, &node.name).to_string())
+        .expect("the pod and its claim");
+    scheduled(cp, ns, name, &node.name);
+    let (uid, answer) = kubelet_call(cp, node, ns, name, false);
+    answer.unwrap_or_else(|e| panic!("prepare {name}: {e}"));
+    let spec = node.cdi.join(format!("{DRIVER}-{uid}.json"));
+    assert!(spec.exists(), "{}", spec.display());
+    (uid, spec)
+}

@@ -91,7 +91,7 @@ pub const MAX_MESSAGE: usize = 1024;
 pub const MAX_QUOTE: usize = 64;
 
 /// At most `max` bytes of `s`, cut on a character boundary.
-fn head(s: &str, max: usize) -> &str {
+pub(crate) fn head(s: &str, max: usize) -> &str {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;

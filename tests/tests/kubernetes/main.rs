@@ -23,6 +23,7 @@ mod kube_dra_api;
 mod kube_dra_day_two;
 mod kube_dra_load;
 mod kube_dra_quiet;
+mod kube_dra_told;
 mod kube_dra_upgrade;
 mod kube_kubelet_dra;
 mod kube_kubelet_dra_bind;

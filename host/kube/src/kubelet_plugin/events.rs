@@ -12,26 +12,13 @@ use serde_json::Value;
 
 use super::api_server::ApiServer;
 use super::claims::ClaimRef;
+use super::metrics::Call;
 
-/// The most an Event's note holds (the API server refuses more than 1 kB).
-const NOTE_MAX: usize = 1024;
-
-/// A failed call on a claim, as its Event names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// NodePrepareResources failed.
-    Prepare,
-    /// NodeUnprepareResources failed.
-    Unprepare,
-}
-
-impl Failure {
-    /// The Event's `action` and `reason`.
-    pub fn action_reason(self) -> (&'static str, &'static str) {
-        match self {
-            Failure::Prepare => ("PrepareResources", "PrepareFailed"),
-            Failure::Unprepare => ("UnprepareResources", "UnprepareFailed"),
-        }
+/// The Event's `action` and `reason` for a failed `call`.
+fn action_reason(call: Call) -> (&'static str, &'static str) {
+    match call {
+        Call::Prepare => ("PrepareResources", "PrepareFailed"),
+        Call::Unprepare => ("UnprepareResources", "UnprepareFailed"),
     }
 }
 
@@ -54,33 +41,22 @@ impl std::fmt::Debug for ClaimEvents {
     }
 }
 
-/// `text` cut to at most `max` bytes on a character boundary.
-fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max - 3;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
-
 impl ClaimEvents {
     /// Events of driver `driver` on node `node`, written through `api`.
     pub fn new(api: ApiServer, driver: &str, node: &str, log: fn(&str)) -> Self {
         Self {
             api,
-            controller: bounded(driver, 128),
-            instance: bounded(&format!("{driver}/{node}"), 128),
+            // The API server takes at most 128 bytes of each.
+            controller: crate::grpc::head(driver, 128).to_string(),
+            instance: crate::grpc::head(&format!("{driver}/{node}"), 128).to_string(),
             log,
         }
     }
 
-    /// Tells `failure` of `claim` with `note` (the driver's message): an
+    /// Tells the failed `call` on `claim` with `note` (the driver's message): an
     /// Event regarding the claim, and one regarding each pod its status
     /// reserves it for (read now; none when the claim cannot be read).
-    pub async fn failed(&self, claim: &ClaimRef, failure: Failure, note: &str) {
+    pub async fn failed(&self, claim: &ClaimRef, call: Call, note: &str) {
         let regarding = ObjectReference {
             api_version: Some("resource.k8s.io/v1".into()),
             kind: Some("ResourceClaim".into()),
@@ -89,7 +65,7 @@ impl ClaimEvents {
             uid: Some(claim.uid.clone()),
             ..Default::default()
         };
-        let mut events = vec![self.event(claim, failure, note, regarding.clone(), None, 0)];
+        let mut events = vec![self.event(claim, call, note, regarding.clone(), None, 0)];
         match self.api.claim_object(&claim.namespace, &claim.name).await {
             Ok(object) if object.metadata.uid.as_deref() == Some(claim.uid.as_str()) => {
                 for (name, uid) in reserved_pods(&object.data) {
@@ -102,7 +78,7 @@ impl ClaimEvents {
                         ..Default::default()
                     };
                     let n = events.len();
-                    events.push(self.event(claim, failure, note, pod, Some(regarding.clone()), n));
+                    events.push(self.event(claim, call, note, pod, Some(regarding.clone()), n));
                 }
             }
             Ok(_) => {}
@@ -132,13 +108,13 @@ impl ClaimEvents {
     fn event(
         &self,
         claim: &ClaimRef,
-        failure: Failure,
+        call: Call,
         note: &str,
         regarding: ObjectReference,
         related: Option<ObjectReference>,
         n: usize,
     ) -> Event {
-        let (action, reason) = failure.action_reason();
+        let (action, reason) = action_reason(call);
         let now = k8s_openapi::chrono::Utc::now();
         // Named as client-go's recorders name theirs: the object's name and
         // the time in hex (here plus the event's index: a claim and its pod
@@ -157,7 +133,9 @@ impl ClaimEvents {
             action: Some(action.into()),
             reason: Some(reason.into()),
             type_: Some("Warning".into()),
-            note: Some(bounded(note, NOTE_MAX)),
+            // The API server takes at most 1 kB of a note, a gRPC message's
+            // bound too.
+            note: Some(crate::grpc::bounded(note)),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
             regarding: Some(regarding),
@@ -186,14 +164,6 @@ fn reserved_pods(data: &Value) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn notes_are_cut_to_the_api_servers_limit_on_a_character() {
-        assert_eq!(bounded("short", 1024), "short");
-        let long = "é".repeat(600); // 1200 bytes
-        let b = bounded(&long, NOTE_MAX);
-        assert!(b.len() <= NOTE_MAX && b.ends_with("..."), "{}", b.len());
-    }
 
     #[test]
     fn the_reserved_pods_are_read_from_the_claims_status() {

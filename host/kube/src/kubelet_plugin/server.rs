@@ -14,7 +14,6 @@ use p2p_allocation::dra::names::{is_dns_label, is_dns_subdomain};
 use super::claims::ClaimRef;
 use super::deadline::Deadline;
 use super::driver::{ClaimError, DraDriver};
-use super::events::Failure;
 use super::metrics::Call;
 use super::Report;
 use crate::grpc::kubelet_pluginregistration_v1 as reg;
@@ -200,14 +199,10 @@ async fn each<D: DraDriver, T: Send + 'static>(
         );
     }
     if let Some(events) = &service.report.events {
-        let failure = match call {
-            Call::Prepare => Failure::Prepare,
-            Call::Unprepare => Failure::Unprepare,
-        };
         for (c, r) in &out {
             if let Err(e) = r {
                 let (events, c, note) = (events.clone(), c.clone(), e.0.clone());
-                tokio::spawn(async move { events.failed(&c, failure, &note).await });
+                tokio::spawn(async move { events.failed(&c, call, &note).await });
             }
         }
     }
