@@ -84,8 +84,7 @@ pub async fn publish_loop<D: DraDriver>(
     let mut retry = Retry::new(resync);
     // When the API server's copy was last compared with ours (a LIST): on a
     // watch event, and otherwise only every `verify`.
-    let mut verified = tokio::time::Instant::now();
-    let mut first = true;
+    let mut verified: Option<tokio::time::Instant> = None;
     loop {
         let next = generation + 1;
         // What to publish, if anything: the driver's slices now, or (on an
@@ -112,7 +111,8 @@ pub async fn publish_loop<D: DraDriver>(
             // DRA manager deletes a node's slices when it starts) or edited
             // there: published again.
             // A failed publication is looked at again at its retry.
-            let verify_now = api_only || first || retry.failing() || verified.elapsed() >= verify;
+            let verify_now =
+                api_only || retry.failing() || verified.is_none_or(|t| t.elapsed() >= verify);
             let lost = !changed
                 && verify_now
                 && match api
@@ -120,8 +120,7 @@ pub async fn publish_loop<D: DraDriver>(
                     .await
                 {
                     Ok(held) => {
-                        verified = tokio::time::Instant::now();
-                        first = false;
+                        verified = Some(tokio::time::Instant::now());
                         !held
                     }
                     Err(e) => {
@@ -146,8 +145,7 @@ pub async fn publish_loop<D: DraDriver>(
                             owner.as_ref().map(|o| o.uid.as_str()).unwrap_or_default()
                         ));
                         last = Some(slices);
-                        verified = tokio::time::Instant::now();
-                        first = false;
+                        verified = Some(tokio::time::Instant::now());
                         retry.succeeded();
                     }
                     Err(e) => {
