@@ -235,7 +235,8 @@ fn entries(api: &Api, d: &Decoded, message: &str) -> Vec<(String, Decoded)> {
 /// The kernel's PCI bus on a copied tree: a thread that, when
 /// `bus/pci/drivers_probe` names a function, points its `driver` link at the
 /// driver its `driver_override` names (and adds `vfio-dev/vfio<N>` for
-/// vfio-pci, as a kernel with VFIO_DEVICE_CDEV does), or back at the driver
+/// vfio-pci 50 ms after the link, as a kernel with VFIO_DEVICE_CDEV adds it
+/// in the probe that follows the link), or back at the driver
 /// it had when the stand-in started when the override is cleared. Functions
 /// in `held` are not probed until released; those in `refused` never.
 /// `drivers_probe` is a FIFO the stand-in reads, so that probes written at
@@ -350,8 +351,13 @@ impl Kernel {
                     };
                     let _ = std::fs::remove_dir_all(dir.join("vfio-dev"));
                     if let Some(d) = driver {
+                        // As the kernel does: `driver` is linked before the
+                        // driver's probe runs, and vfio-pci's probe adds the
+                        // cdev (drivers/base/dd.c, `really_probe`); the gap
+                        // is widened so a reader that does not wait is seen.
                         relink(&tree, &bdf, &d);
                         if d == "vfio-pci" {
+                            std::thread::sleep(Duration::from_millis(50));
                             std::fs::create_dir_all(dir.join(format!("vfio-dev/vfio{minor}")))
                                 .unwrap();
                             minor += 1;

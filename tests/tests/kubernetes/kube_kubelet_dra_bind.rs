@@ -174,9 +174,20 @@ fn bind_and_give_back(node: &str, ns: &str, extra: &[&str], dev: &[DevNode]) -> 
         })
         .collect();
     assert_eq!(bound, set(&[PEERS[0].0, PEERS[1].0]));
+    // The stand-in adds a cdev 50 ms after the link, as the kernel adds it
+    // in the probe after linking; without --iommufd the driver does not wait
+    // for it, so the test does, for a second at most.
     let prepared_cdevs = PEERS
         .iter()
-        .map(|(b, _)| (b.to_string(), cdevs(&tree, b)))
+        .map(|(b, _)| {
+            let start = Instant::now();
+            let mut c = cdevs(&tree, b);
+            while c.is_empty() && start.elapsed() < Duration::from_secs(1) {
+                std::thread::sleep(Duration::from_millis(10));
+                c = cdevs(&tree, b);
+            }
+            (b.to_string(), c)
+        })
         .collect();
     let spec = read_json(&n.cdi.join(format!("{DRIVER}-{uid}.json")));
     let errors: Vec<String> = schema().iter_errors(&spec).map(|e| e.to_string()).collect();

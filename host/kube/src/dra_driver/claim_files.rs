@@ -55,10 +55,10 @@ pub fn write(
             continue;
         }
         let edits = if s.iommufd {
-            let cdev = bus.vfio_cdev(r.bdf).ok_or_else(|| {
+            let cdev = bus.wait_vfio_cdev(r.bdf, bus.timeout).ok_or_else(|| {
                 ClaimError(format!(
-                    "{claim}: device {} ({}): no vfio-dev/vfioN in sysfs (--iommufd needs a kernel with VFIO_DEVICE_CDEV)",
-                    r.alloc.device, r.bdf
+                    "{claim}: device {} ({}): no vfio-dev/vfioN in sysfs after {:?} on vfio-pci (--iommufd needs a kernel with VFIO_DEVICE_CDEV)",
+                    r.alloc.device, r.bdf, bus.timeout
                 ))
             })?;
             vec![

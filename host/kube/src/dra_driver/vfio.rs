@@ -131,6 +131,23 @@ impl PciBus {
         names.into_iter().next()
     }
 
+    /// The function's VFIO cdev once it shows, waiting at most `within`: the
+    /// kernel links `driver` before it calls vfio-pci's probe, which adds
+    /// `vfio-dev/vfioN` (drivers/base/dd.c, `really_probe`), so a bind seen
+    /// in `driver` may not have its cdev yet.
+    pub fn wait_vfio_cdev(&self, bdf: Bdf, within: Duration) -> Option<String> {
+        let start = Instant::now();
+        loop {
+            if let Some(name) = self.vfio_cdev(bdf) {
+                return Some(name);
+            }
+            if start.elapsed() >= within {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// The function's IOMMU group (its `iommu_group` link's number).
     pub fn iommu_group(&self, bdf: Bdf) -> Option<IommuGroup> {
         let target = std::fs::read_link(self.dir(bdf).join("iommu_group")).ok()?;
