@@ -44,6 +44,8 @@ pub enum Outcome {
     Bound {
         /// The node.
         node: String,
+        /// Its ResourceClaim (made from the template).
+        claim: String,
         /// (request, device, driver) of each allocated device.
         devices: Vec<(String, String, String)>,
         /// From creating the pod to seeing it bound.
@@ -242,10 +244,11 @@ impl Cluster {
             }
             if let Some(node) = ev.spec.as_ref().and_then(|s| s.node_name.clone()) {
                 let took = start.elapsed();
-                let devices = self.allocated(&ev).await?;
+                let (claim, devices) = self.allocated(&ev).await?;
                 return Ok(PodResult {
                     outcome: Outcome::Bound {
                         node,
+                        claim,
                         devices,
                         took,
                     },
@@ -280,8 +283,12 @@ impl Cluster {
         }
     }
 
-    /// The devices of `pod`'s claim: (request, device, driver).
-    async fn allocated(&self, pod: &Pod) -> Result<Vec<(String, String, String)>, String> {
+    /// `pod`'s claim and its devices: (request, device, driver).
+    #[allow(clippy::type_complexity)]
+    async fn allocated(
+        &self,
+        pod: &Pod,
+    ) -> Result<(String, Vec<(String, String, String)>), String> {
         let claim = pod
             .status
             .as_ref()
@@ -299,10 +306,36 @@ impl Cluster {
             .and_then(|s| s.allocation)
             .map(|a| a.devices.and_then(|d| d.results).unwrap_or_default())
             .ok_or_else(|| format!("claim {claim} of a bound pod is not allocated"))?;
-        Ok(results
-            .into_iter()
-            .map(|r| (r.request, r.device, r.driver))
-            .collect())
+        Ok((
+            claim,
+            results
+                .into_iter()
+                .map(|r| (r.request, r.device, r.driver))
+                .collect(),
+        ))
+    }
+
+    /// Deletes VM pod `name` and waits until its claim `claim` is gone (the
+    /// ResourceClaim controller deletes a claim made for a pod with the
+    /// pod), so that the next arrival finds its devices free, as it would
+    /// after the VM left.
+    pub async fn leave(&self, name: &str, claim: &str) -> Result<(), String> {
+        self.remove(name).await?;
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &self.ns);
+        let start = Instant::now();
+        loop {
+            match claims.get_opt(claim).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(_)) => {}
+                Err(e) => return Err(format!("claim {claim}: {e}")),
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(format!(
+                    "claim {claim} of the VM that left ({name}) still there after 60 s"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Deletes VM pod `name` at once (no kubelet would confirm it), which gives its claim back.

@@ -1,28 +1,13 @@
-//! The figures: one record per policy, load, VM size and seed (what
-//! `--json` holds, so every share can be recomputed), and the table of
-//! means and spreads over seeds.
+//! The figures of a run's counts ([`RunCount`]): the table of counts per
+//! regime, policy and VM size (means over seeds, the spread beside them and
+//! a share only next to its count), the runs' stranded GPUs and GPU-hours,
+//! and the goals checked seed by seed.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
-
+use super::tally::RunCount;
 use super::trees::Class;
-
-/// One VM of a run, as the figures need it.
-#[derive(Debug, Clone)]
-pub struct VmResult {
-    /// GPUs it asked for.
-    pub gpus: u8,
-    /// Worst GPU-pair class and GPU-to-NIC class when admitted.
-    pub admitted: Option<(Class, Option<Class>)>,
-    /// The alternative its GPUs and its NIC got ("switch", "root-complex", ..), when tiered.
-    pub tiers: BTreeMap<String, String>,
-    /// Milliseconds from creating the pod to seeing it bound or refused (None for the oracle).
-    pub took_ms: Option<f64>,
-    /// Scheduling attempts that hit the DRA filter's timeout.
-    pub filter_timeouts: u32,
-}
 
 /// Counts per class, every class present (zeros included), in column order.
 pub fn class_counts<'a>(classes: impl Iterator<Item = &'a Class>) -> BTreeMap<String, u32> {
@@ -36,67 +21,6 @@ pub fn class_counts<'a>(classes: impl Iterator<Item = &'a Class>) -> BTreeMap<St
     m
 }
 
-/// One record of `--json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Record {
-    /// `vp2p`, `nvidia`, `count` or `oracle`.
-    pub policy: String,
-    /// The load (share of the fleet's GPUs taken) this record was taken at.
-    pub load: f64,
-    /// VM size in GPUs.
-    pub vm_gpus: u8,
-    /// The seed of nodes and arrivals.
-    pub seed: u64,
-    /// Admitted VMs of this size by worst GPU-pair class: NV, PIX, PXB, PHB, NODE, SYS.
-    pub classes: BTreeMap<String, u32>,
-    /// Admitted VMs of this size that asked for a NIC, by worst GPU-to-NIC class.
-    pub nic_classes: Option<BTreeMap<String, u32>>,
-    /// VMs of this size no node was found for.
-    pub rejected: u32,
-    /// Admitted VMs of this size by the alternative their GPUs got (tiered claims).
-    pub gpu_tiers: BTreeMap<String, u32>,
-    /// The scheduler's time per pod of this size, create to bound or refused, median (ms).
-    pub schedule_ms_p50: Option<f64>,
-    /// The same, 99th percentile (ms).
-    pub schedule_ms_p99: Option<f64>,
-    /// Scheduling attempts of this size's pods that hit the DRA filter's 10 s timeout.
-    pub filter_timeouts: u32,
-}
-
-/// The records of one run's VMs (in arrival order) for a load and seed.
-pub fn records(policy: &str, load: f64, seed: u64, vms: &[VmResult]) -> Vec<Record> {
-    [2u8, 4, 8]
-        .into_iter()
-        .map(|size| {
-            let of: Vec<&VmResult> = vms.iter().filter(|v| v.gpus == size).collect();
-            let admitted: Vec<&(Class, Option<Class>)> =
-                of.iter().filter_map(|v| v.admitted.as_ref()).collect();
-            let nic: Vec<&Class> = admitted.iter().filter_map(|(_, n)| n.as_ref()).collect();
-            let mut gpu_tiers = BTreeMap::new();
-            for v in of.iter().filter(|v| v.admitted.is_some()) {
-                if let Some(t) = v.tiers.get("gpus") {
-                    *gpu_tiers.entry(t.clone()).or_default() += 1;
-                }
-            }
-            let mut times: Vec<f64> = of.iter().filter_map(|v| v.took_ms).collect();
-            times.sort_by(f64::total_cmp);
-            Record {
-                policy: policy.to_string(),
-                load,
-                vm_gpus: size,
-                seed,
-                classes: class_counts(admitted.iter().map(|(c, _)| c)),
-                nic_classes: (!nic.is_empty()).then(|| class_counts(nic.into_iter())),
-                rejected: of.iter().filter(|v| v.admitted.is_none()).count() as u32,
-                gpu_tiers,
-                schedule_ms_p50: percentile(&times, 50.0),
-                schedule_ms_p99: percentile(&times, 99.0),
-                filter_timeouts: of.iter().map(|v| v.filter_timeouts).sum(),
-            }
-        })
-        .collect()
-}
-
 /// The nearest-rank percentile of sorted `xs`.
 pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
     if xs.is_empty() {
@@ -104,18 +28,6 @@ pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
     }
     let rank = ((p / 100.0) * xs.len() as f64).ceil().max(1.0) as usize;
     Some(xs[rank.min(xs.len()) - 1])
-}
-
-/// Share of `r`'s admitted VMs whose class is one of `within`, in percent.
-pub fn share(r: &Record, within: &[Class]) -> Option<f64> {
-    let total: u32 = r.classes.values().sum();
-    (total > 0).then(|| {
-        let n: u32 = within
-            .iter()
-            .map(|c| r.classes.get(c.name()).copied().unwrap_or(0))
-            .sum();
-        100.0 * f64::from(n) / f64::from(total)
-    })
 }
 
 /// Mean and standard deviation (population) of `xs`.
@@ -128,104 +40,95 @@ pub fn mean_sd(xs: &[f64]) -> Option<(f64, f64)> {
     Some((m, v.sqrt()))
 }
 
-/// Classes as the goals group them.
-pub const SWITCH_LOCAL: [Class; 3] = [Class::Nv, Class::Pix, Class::Pxb];
-/// Below one root complex (or NVLink).
-pub const ROOT_COMPLEX: [Class; 4] = [Class::Nv, Class::Pix, Class::Pxb, Class::Phb];
-/// Within one NUMA node (or NVLink).
-pub const ONE_NUMA: [Class; 5] = [Class::Nv, Class::Pix, Class::Pxb, Class::Phb, Class::Node];
-
-/// Mean ± spread over seeds of a share, for (policy, load, size).
-pub fn seed_share(
-    records: &[Record],
-    policy: &str,
-    load: f64,
-    size: u8,
-    within: &[Class],
-) -> Option<(f64, f64)> {
-    let xs: Vec<f64> = records
-        .iter()
-        .filter(|r| r.policy == policy && (r.load - load).abs() < 1e-9 && r.vm_gpus == size)
-        .filter_map(|r| share(r, within))
-        .collect();
-    mean_sd(&xs)
+fn cell(xs: &[f64]) -> String {
+    match mean_sd(xs) {
+        Some((m, sd)) if sd >= 0.05 => format!("{m:.1}±{sd:.1}"),
+        Some((m, _)) => format!("{m:.1}"),
+        None => "-".into(),
+    }
 }
 
-/// The table: per policy, load and size, each class's share of admitted VMs
-/// (mean over seeds, ± standard deviation), rejections, NIC locality and the
-/// scheduler's times.
-pub fn table(records: &[Record], policies: &[&str], loads: &[f64]) -> String {
+/// The regimes of `runs` in the order they first appear.
+fn regimes(runs: &[RunCount]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in runs {
+        if !out.contains(&r.regime) {
+            out.push(r.regime.clone());
+        }
+    }
+    out
+}
+
+/// The table: per regime, policy and VM size the VMs arrived, placed, well
+/// placed (its share of the arrived beside it), refused, and placed by
+/// worst class; the NIC near its GPUs (PHB or nearer) for sizes that ask
+/// one; the scheduler's p50 and p99. Means over seeds (± sd where it is not 0).
+pub fn table(runs: &[RunCount], policies: &[&str]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<7} {:>4} {:>4} {:>6}  {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9}  {:>9}  {:>7} {:>7}",
-        "POLICY", "LOAD", "GPUS", "VMS", "NV%", "PIX%", "PXB%", "PHB%", "NODE%", "SYS%", "REJECTED", "NIC<=PHB%", "P50 ms", "P99 ms"
+        "{:<10} {:<13} {:>4} {:>8} {:>10} {:>17} {:>9}  {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}  {:>8}  {:>6} {:>6}",
+        "REGIME", "POLICY", "GPUS", "ARRIVED", "PLACED", "WELL (of arrived)", "REFUSED",
+        "NV", "PIX", "PXB", "PHB", "NODE", "SYS", "NIC<=PHB", "P50ms", "P99ms"
     );
-    for &load in loads {
+    for regime in regimes(runs) {
         for &policy in policies {
-            for size in [2u8, 4, 8] {
-                let rs: Vec<&Record> = records
-                    .iter()
-                    .filter(|r| {
-                        r.policy == policy && (r.load - load).abs() < 1e-9 && r.vm_gpus == size
-                    })
-                    .collect();
-                if rs.is_empty() {
-                    continue;
-                }
-                let admitted: Vec<f64> = rs
-                    .iter()
-                    .map(|r| f64::from(r.classes.values().sum::<u32>()))
-                    .collect();
+            let rs: Vec<&RunCount> = runs
+                .iter()
+                .filter(|r| r.regime == regime && r.policy == policy)
+                .collect();
+            if rs.is_empty() {
+                continue;
+            }
+            for i in 0..rs[0].sizes.len() {
+                let of = |f: &dyn Fn(&RunCount) -> f64| -> Vec<f64> {
+                    rs.iter().map(|r| f(r)).collect()
+                };
+                let arrived = of(&|r| f64::from(r.sizes[i].arrived));
+                let placed = of(&|r| f64::from(r.sizes[i].placed));
+                let well = of(&|r| f64::from(r.sizes[i].well_placed));
+                let share = mean_sd(&well)
+                    .zip(mean_sd(&arrived))
+                    .filter(|(_, a)| a.0 > 0.0)
+                    .map(|(w, a)| format!(" ({:.0}%)", 100.0 * w.0 / a.0))
+                    .unwrap_or_default();
                 let mut line = format!(
-                    "{:<7} {:>3.0}% {:>4} {:>6.1} ",
+                    "{:<10} {:<13} {:>4} {:>8} {:>10} {:>17} {:>9} ",
+                    regime,
                     policy,
-                    load * 100.0,
-                    size,
-                    mean_sd(&admitted).map(|m| m.0).unwrap_or(0.0)
+                    rs[0].sizes[i].vm_gpus,
+                    cell(&arrived),
+                    cell(&placed),
+                    format!("{}{share}", cell(&well)),
+                    cell(&of(&|r| f64::from(r.sizes[i].refused))),
                 );
                 for c in Class::ALL {
-                    let xs: Vec<f64> = rs.iter().filter_map(|r| share(r, &[c])).collect();
-                    let cell = match mean_sd(&xs) {
-                        Some((m, sd)) => format!("{m:5.1}±{sd:<4.1}"),
-                        None => "-".into(),
-                    };
-                    let _ = write!(line, " {cell:>11}");
+                    let xs: Vec<f64> = rs
+                        .iter()
+                        .filter_map(|r| r.sizes[i].by_class.as_ref())
+                        .map(|m| f64::from(m.get(c.name()).copied().unwrap_or(0)))
+                        .collect();
+                    let _ = write!(line, " {:>7}", cell(&xs));
                 }
-                let rej: Vec<f64> = rs.iter().map(|r| f64::from(r.rejected)).collect();
-                let _ = write!(line, "  {:>9.1}", mean_sd(&rej).map(|m| m.0).unwrap_or(0.0));
                 let nic: Vec<f64> = rs
                     .iter()
-                    .filter_map(|r| r.nic_classes.as_ref())
-                    .filter_map(|m| {
-                        let t: u32 = m.values().sum();
-                        (t > 0).then(|| {
-                            let n: u32 = ROOT_COMPLEX
-                                .iter()
-                                .map(|c| m.get(c.name()).copied().unwrap_or(0))
-                                .sum();
-                            100.0 * f64::from(n) / f64::from(t)
-                        })
+                    .filter_map(|r| r.sizes[i].nic_classes.as_ref())
+                    .map(|m| {
+                        [Class::Nv, Class::Pix, Class::Pxb, Class::Phb]
+                            .iter()
+                            .map(|c| f64::from(m.get(c.name()).copied().unwrap_or(0)))
+                            .sum()
                     })
                     .collect();
-                let _ = write!(
-                    line,
-                    "  {:>9}",
-                    mean_sd(&nic)
-                        .map(|m| format!("{:.1}", m.0))
-                        .unwrap_or_else(|| "-".into())
-                );
+                let _ = write!(line, "  {:>8}", cell(&nic));
                 for p in [
-                    rs.iter()
-                        .filter_map(|r| r.schedule_ms_p50)
-                        .collect::<Vec<_>>(),
-                    rs.iter()
-                        .filter_map(|r| r.schedule_ms_p99)
-                        .collect::<Vec<_>>(),
+                    of(&|r| r.sizes[i].schedule_ms_p50.unwrap_or(f64::NAN)),
+                    of(&|r| r.sizes[i].schedule_ms_p99.unwrap_or(f64::NAN)),
                 ] {
+                    let p: Vec<f64> = p.into_iter().filter(|x| !x.is_nan()).collect();
                     let _ = write!(
                         line,
-                        " {:>7}",
+                        " {:>6}",
                         mean_sd(&p)
                             .map(|m| format!("{:.0}", m.0))
                             .unwrap_or_else(|| "-".into())
@@ -238,32 +141,197 @@ pub fn table(records: &[Record], policies: &[&str], loads: &[f64]) -> String {
     out
 }
 
-/// The goals' shares per load and policy: 2-GPU VMs on a switch-local pair
-/// (NV, PIX, PXB), 4-GPU VMs below one root complex (NV .. PHB) and within
-/// one NUMA node (NV .. NODE), mean ± sd over seeds.
-pub fn goals(records: &[Record], policies: &[&str], loads: &[f64]) -> String {
+/// Per regime and policy: GPUs stranded, and in churn the GPU-hours served
+/// of those asked; means over seeds.
+pub fn runs(runs: &[RunCount], policies: &[&str]) -> String {
     let mut out = String::new();
-    let groups: [(u8, &str, &[Class]); 3] = [
-        (
-            2,
-            "2-GPU on a switch-local pair (NV, PIX, PXB)",
-            &SWITCH_LOCAL,
-        ),
-        (4, "4-GPU below one root complex (NV .. PHB)", &ROOT_COMPLEX),
-        (4, "4-GPU within one NUMA node (NV .. NODE)", &ONE_NUMA),
-    ];
-    for (size, what, within) in groups {
-        let _ = writeln!(out, "{what}, % of admitted:");
-        for &load in loads {
-            let cells: Vec<String> = policies
+    let _ = writeln!(
+        out,
+        "{:<10} {:<13} {:>10} {:>14} {:>14} {:>8}",
+        "REGIME", "POLICY", "STRANDED", "GPU-H SERVED", "GPU-H ASKED", "SERVED%"
+    );
+    for regime in regimes(runs) {
+        for &policy in policies {
+            let rs: Vec<&RunCount> = runs
                 .iter()
-                .filter_map(|p| {
-                    seed_share(records, p, load, size, within)
-                        .map(|(m, sd)| format!("{p} {m:.1}±{sd:.1}"))
+                .filter(|r| r.regime == regime && r.policy == policy)
+                .collect();
+            if rs.is_empty() {
+                continue;
+            }
+            let stranded: Vec<f64> = rs.iter().filter_map(|r| r.stranded_gpus).collect();
+            let served: Vec<f64> = rs.iter().filter_map(|r| r.gpu_hours_served).collect();
+            let asked: Vec<f64> = rs.iter().filter_map(|r| r.gpu_hours_asked).collect();
+            let pct = mean_sd(&served)
+                .zip(mean_sd(&asked))
+                .filter(|(_, a)| a.0 > 0.0)
+                .map(|(s, a)| format!("{:.1}", 100.0 * s.0 / a.0))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                out,
+                "{:<10} {:<13} {:>10} {:>14} {:>14} {:>8}",
+                regime,
+                policy,
+                cell(&stranded),
+                cell(&served),
+                cell(&asked),
+                pct
+            );
+        }
+    }
+    out
+}
+
+/// One goal's verdict on the counts, seed by seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// What the goal says.
+    pub goal: String,
+    /// The regime it was checked in.
+    pub regime: String,
+    /// Met on every seed.
+    pub met: bool,
+    /// The figures behind it, per seed.
+    pub detail: String,
+}
+
+fn run_of<'a>(runs: &'a [RunCount], policy: &str, regime: &str, seed: u64) -> Option<&'a RunCount> {
+    runs.iter()
+        .find(|r| r.policy == policy && r.regime == regime && r.seed == seed)
+}
+
+/// The goals, checked on every seed of every regime that has the
+/// policies they compare: refusals no more than counting's (one VM of
+/// slack a seed), 4-GPU VMs within one NUMA node and 2-GPU VMs on a
+/// switch-local pair at least NVIDIA's, well-placed VMs within 5 % of the
+/// optimum's, every size's p99 under 500 ms.
+pub fn goals(runs: &[RunCount]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let seeds: Vec<u64> = {
+        let mut s: Vec<u64> = runs.iter().map(|r| r.seed).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    for regime in regimes(runs) {
+        let pairs = |a: &str, b: &str| -> Vec<(u64, &RunCount, &RunCount)> {
+            seeds
+                .iter()
+                .filter_map(|&s| {
+                    Some((
+                        s,
+                        run_of(runs, a, &regime, s)?,
+                        run_of(runs, b, &regime, s)?,
+                    ))
+                })
+                .collect()
+        };
+        let vc = pairs("vp2p", "count");
+        if !vc.is_empty() {
+            for i in 0..vc[0].1.sizes.len() {
+                let size = vc[0].1.sizes[i].vm_gpus;
+                let per: Vec<(u64, u32, u32)> = vc
+                    .iter()
+                    .map(|(s, v, c)| (*s, v.sizes[i].refused, c.sizes[i].refused))
+                    .collect();
+                out.push(Verdict {
+                    goal: format!("{size}-GPU VMs refused: vp2p at most counting's + 1"),
+                    regime: regime.clone(),
+                    met: per.iter().all(|(_, v, c)| *v <= c + 1),
+                    detail: per
+                        .iter()
+                        .map(|(s, v, c)| format!("seed {s}: {v} vs {c}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+        }
+        let vn = pairs("vp2p", "nvidia");
+        for (size, what) in [(4u8, "within one NUMA node"), (2, "on a switch-local pair")] {
+            let per: Vec<(u64, u32, u32)> = vn
+                .iter()
+                .filter_map(|(s, v, n)| {
+                    let i = v.sizes.iter().position(|x| x.vm_gpus == size)?;
+                    Some((*s, v.sizes[i].well_placed, n.sizes[i].well_placed))
                 })
                 .collect();
-            let _ = writeln!(out, "  {:>3.0}%: {}", load * 100.0, cells.join("  "));
+            if per.is_empty() {
+                continue;
+            }
+            out.push(Verdict {
+                goal: format!("{size}-GPU VMs {what}: vp2p at least NVIDIA's"),
+                regime: regime.clone(),
+                met: per.iter().all(|(_, v, n)| v >= n),
+                detail: per
+                    .iter()
+                    .map(|(s, v, n)| format!("seed {s}: {v} vs {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
         }
+        let vo = pairs("vp2p", "optimum-well");
+        if !vo.is_empty() {
+            let well = |r: &RunCount| r.sizes.iter().map(|s| s.well_placed).sum::<u32>();
+            out.push(Verdict {
+                goal: "well-placed VMs: vp2p within 5 % of the optimum".into(),
+                regime: regime.clone(),
+                met: vo
+                    .iter()
+                    .all(|(_, v, o)| f64::from(well(v)) >= 0.95 * f64::from(well(o))),
+                detail: vo
+                    .iter()
+                    .map(|(s, v, o)| {
+                        format!(
+                            "seed {s}: {} of {} ({:.1} %)",
+                            well(v),
+                            well(o),
+                            100.0 * f64::from(well(v)) / f64::from(well(o).max(1))
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let p99: Vec<(u64, f64)> = seeds
+            .iter()
+            .filter_map(|&s| {
+                let v = run_of(runs, "vp2p", &regime, s)?;
+                let worst = v
+                    .sizes
+                    .iter()
+                    .filter_map(|x| x.schedule_ms_p99)
+                    .fold(0.0, f64::max);
+                Some((s, worst))
+            })
+            .collect();
+        if !p99.is_empty() {
+            out.push(Verdict {
+                goal: "vp2p's scheduling time per pod, p99 of every size, under 500 ms".into(),
+                regime: regime.clone(),
+                met: p99.iter().all(|(_, p)| *p < 500.0),
+                detail: p99
+                    .iter()
+                    .map(|(s, p)| format!("seed {s}: {p:.0} ms"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
+    out
+}
+
+/// The goals as text, one line each.
+pub fn goals_text(runs: &[RunCount]) -> String {
+    let mut out = String::new();
+    for v in goals(runs) {
+        let _ = writeln!(
+            out,
+            "{} [{}] {}: {}",
+            if v.met { "met    " } else { "NOT met" },
+            v.regime,
+            v.goal,
+            v.detail
+        );
     }
     out
 }
@@ -279,30 +347,5 @@ mod tests {
         assert_eq!(percentile(&xs, 99.0), Some(99.0));
         assert_eq!(percentile(&xs[..1], 99.0), Some(1.0));
         assert_eq!(percentile(&[], 50.0), None);
-    }
-
-    #[test]
-    fn records_count_every_class_and_the_rejected() {
-        let vm = |gpus, admitted| VmResult {
-            gpus,
-            admitted,
-            tiers: BTreeMap::new(),
-            took_ms: Some(10.0),
-            filter_timeouts: 0,
-        };
-        let vms = [
-            vm(2, Some((Class::Pix, None))),
-            vm(2, Some((Class::Sys, None))),
-            vm(2, None),
-            vm(4, Some((Class::Phb, Some(Class::Pix)))),
-        ];
-        let rs = records("vp2p", 0.5, 1, &vms);
-        assert_eq!(rs[0].classes["PIX"], 1);
-        assert_eq!(rs[0].classes["SYS"], 1);
-        assert_eq!(rs[0].classes["NV"], 0);
-        assert_eq!(rs[0].rejected, 1);
-        assert_eq!(share(&rs[0], &SWITCH_LOCAL), Some(50.0));
-        assert_eq!(rs[1].nic_classes.as_ref().map(|m| m["PIX"]), Some(1));
-        assert_eq!(rs[2].classes.values().sum::<u32>(), 0);
     }
 }

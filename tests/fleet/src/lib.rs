@@ -1,16 +1,20 @@
-//! p2p-fleet, the benchmark `scripts/fleet.sh` runs: a fleet of simulated nodes, drawn from captured sysfs
-//! trees, on the real control plane (etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler from Kubernetes' own code), with
-//! VM pods of 2, 4 and 8 GPUs arriving until a share of the fleet's GPUs is
-//! taken. The real kube-scheduler places each pod under each policy
-//! ([`policy::Policy`]); the offline oracle places the same arrivals; the
-//! figures say which class of GPU pair each admitted VM got.
+//! p2p-fleet, the benchmark `scripts/fleet.sh` runs: a fleet of simulated
+//! nodes, drawn from captured sysfs trees, on the real control plane (etcd,
+//! kube-apiserver, kube-controller-manager, kube-scheduler from Kubernetes'
+//! own code), and one arrival list per seed and regime ([`arrivals`]) that
+//! every policy sees: VM pods of 2, 4 and 8 GPUs that the real
+//! kube-scheduler places under each policy's attributes and claims
+//! ([`policy::Policy`]), and that a greedy heuristic and the exact optimum
+//! ([`optimum`]) place offline in the fill regime. What is counted, per
+//! arrival, is in [`tally`].
 
 pub mod arrivals;
 pub mod cluster;
 pub mod figures;
+pub mod optimum;
 pub mod placement;
 pub mod policy;
+pub mod tally;
 pub mod trees;
 
 use std::path::PathBuf;
@@ -19,11 +23,11 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use arrivals::Vm;
-use cluster::{Cluster, Outcome};
-use figures::{Record, VmResult};
-use placement::Placed;
+use arrivals::{Regime, Vm};
+use cluster::{Cluster, Outcome as Scheduled};
+use optimum::{Objective, SIZES};
 use policy::Policy;
+use tally::{Outcome, RunCount, SizeCount};
 use trees::{Shape, Tree};
 
 /// What a run is asked to do.
@@ -33,15 +37,12 @@ pub struct FleetConfig {
     pub trees: PathBuf,
     /// Nodes in the fleet.
     pub nodes: usize,
-    /// Loads to report, ascending (shares of the fleet's GPUs).
-    pub loads: Vec<f64>,
+    /// The regimes, each with an arrival list of its own per seed.
+    pub regimes: Vec<Regime>,
     /// Seeds 1..=seeds.
     pub seeds: u64,
     /// Policies to compare.
     pub policies: Vec<Policy>,
-    /// Total VMs to submit per run: after the top load, one VM leaves before
-    /// each arrives (None: stop at the top load).
-    pub pods: Option<usize>,
     /// Where the control plane, tree copies and logs go.
     pub work: PathBuf,
     /// The repository (shipped manifests).
@@ -54,20 +55,34 @@ pub struct FleetConfig {
     pub kubeconfig: PathBuf,
 }
 
-/// A run's results: the trees used and skipped, and the records.
+/// One solved optimum, as `--json` keeps it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct OptimumRecord {
+    /// The seed.
+    pub seed: u64,
+    /// The regime (fill).
+    pub regime: String,
+    /// `placed-then-well` or `well`.
+    pub objective: String,
+    /// The count it maximised first.
+    pub count: u32,
+    /// Its LP relaxation's value: no packing exceeds it.
+    pub lp_bound: f64,
+}
+
+/// A run's results: the trees used and skipped, and the counts.
 #[derive(Debug)]
 pub struct FleetReport {
     /// (name, nodes drawn over all seeds) of the trees used.
     pub used: Vec<(String, usize)>,
     /// (name, reason) of the trees left out.
     pub skipped: Vec<(String, String)>,
-    /// Every record.
-    pub records: Vec<Record>,
-    /// Per policy and seed, every pod of the run (churn included), as records
-    /// at the top load: what `--pods` measures.
-    pub whole: Vec<Record>,
-    /// Per policy and seed: (pods submitted, seconds, pods per second).
-    pub throughput: Vec<(String, u64, usize, f64)>,
+    /// Every run's counts.
+    pub runs: Vec<RunCount>,
+    /// Every optimum solved, with its bound.
+    pub optima: Vec<OptimumRecord>,
+    /// Per policy, regime and seed: (pods submitted, seconds).
+    pub throughput: Vec<(String, String, u64, usize, f64)>,
     /// Fleet GPUs per seed.
     pub gpus: Vec<(u64, usize)>,
 }
@@ -76,9 +91,12 @@ impl FleetReport {
     /// The `--json` document.
     pub fn to_json(&self, cfg: &FleetConfig) -> Value {
         json!({
-            "schema": "vp2p.fleet/1",
+            "schema": "vp2p.fleet/2",
             "nodes": cfg.nodes,
-            "loads": cfg.loads,
+            "regimes": cfg.regimes.iter().map(|r| match r {
+                Regime::Fill { demand } => json!({"name": r.name(), "demand": demand}),
+                Regime::Churn { load, warmup, window } => json!({"name": r.name(), "load": load, "warmup": warmup, "window": window}),
+            }).collect::<Vec<_>>(),
             "seeds": (1..=cfg.seeds).collect::<Vec<_>>(),
             "mix": arrivals::MIX.iter().map(|(g, p, n)| json!({"vm_gpus": g, "percent": p, "nic": n})).collect::<Vec<_>>(),
             "trees": {
@@ -86,11 +104,11 @@ impl FleetReport {
                 "skipped": self.skipped.iter().map(|(n, r)| json!({"name": n, "reason": r})).collect::<Vec<_>>(),
             },
             "fleet_gpus": self.gpus.iter().map(|(s, g)| json!({"seed": s, "gpus": g})).collect::<Vec<_>>(),
-            "throughput": self.throughput.iter().map(|(p, s, n, secs)| json!({
-                "policy": p, "seed": s, "pods": n, "seconds": secs,
+            "throughput": self.throughput.iter().map(|(p, r, s, n, secs)| json!({
+                "policy": p, "regime": r, "seed": s, "pods": n, "seconds": secs,
                 "pods_per_second": if *secs > 0.0 { *n as f64 / secs } else { 0.0 }})).collect::<Vec<_>>(),
-            "records": self.records,
-            "whole_runs": self.whole,
+            "runs": self.runs,
+            "optima": self.optima,
         })
     }
 }
@@ -125,8 +143,14 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let mut used = vec![0usize; shapes.len()];
-    let (mut records, mut throughput, mut gpus, mut whole) =
+    let (mut runs, mut optima, mut throughput, mut gpus) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let scheduled: Vec<Policy> = cfg
+        .policies
+        .iter()
+        .copied()
+        .filter(|p| p.scheduled())
+        .collect();
     for seed in 1..=cfg.seeds {
         let draw = arrivals::draw_nodes(seed, shapes.len(), cfg.nodes);
         for &d in &draw {
@@ -136,23 +160,26 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         let total: usize = nodes.iter().map(|s| s.gpus.len()).sum();
         gpus.push((seed, total));
         eprintln!("fleet: seed {seed}: {} nodes, {total} GPUs", nodes.len());
-        let top = cfg.loads.iter().copied().fold(0.0, f64::max);
-        // Enough arrivals for any policy to reach the top load, rejections included.
-        let stream = arrivals::stream(seed, cfg.pods.unwrap_or(0).max(total * 2));
-        let kube_policies: Vec<Policy> = cfg
-            .policies
+        let lists: Vec<(Regime, Vec<Vm>)> = cfg
+            .regimes
             .iter()
-            .copied()
-            .filter(|p| *p != Policy::Oracle)
+            .map(|r| (*r, arrivals::arrivals(seed, *r, total)))
             .collect();
-        if !kube_policies.is_empty() {
+        for (regime, list) in &lists {
+            eprintln!(
+                "fleet: seed {seed} {}: {} arrivals",
+                regime.name(),
+                list.len()
+            );
+        }
+        if !scheduled.is_empty() {
             rt.block_on(async {
                 let ns = format!("fleet-seed-{seed}");
                 let mut cl = Cluster::connect(&cfg.kubeconfig, &ns).await?;
                 cl.delete_fleet_nodes().await?;
                 let mut node_objects = Vec::new();
                 for (i, s) in nodes.iter().enumerate() {
-                    let name = format!("s{seed}-node-{i:03}");
+                    let name = node_name(seed, i);
                     let (mut slices, _) = trees::slices(&cfg.p2p_host, &s.slice_args, &name)?;
                     let cut = policy::nvidia_cut(&slices, &name);
                     slices.extend(cut);
@@ -166,52 +193,82 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                     "fleet: seed {seed}: nodes and slices in {:.1} s",
                     t0.elapsed().as_secs_f64()
                 );
-                for &p in &kube_policies {
-                    let classes = policy::device_classes(&cfg.repo)?;
-                    let tmpl = policy::templates(p, &cfg.vp2p_templates, &ns)?;
-                    cl.apply_classes_and_templates(&classes, &tmpl).await?;
-                    let started = Instant::now();
-                    let (vms, snaps, submitted) = run_policy(
-                        &mut cl, p, seed, &nodes, &stream, total, &cfg.loads, cfg.pods,
-                    )
-                    .await?;
-                    let secs = started.elapsed().as_secs_f64();
-                    throughput.push((p.name().to_string(), seed, submitted, secs));
-                    for (load, upto) in snaps {
-                        records.extend(figures::records(p.name(), load, seed, &vms[..upto]));
+                for (regime, list) in &lists {
+                    for &p in &scheduled {
+                        let classes = policy::device_classes(&cfg.repo)?;
+                        let tmpl = policy::templates(p, &cfg.vp2p_templates, &ns)?;
+                        cl.apply_classes_and_templates(&classes, &tmpl).await?;
+                        let started = Instant::now();
+                        let (outcomes, stranded) =
+                            run_policy(&mut cl, p, seed, regime, &nodes, list).await?;
+                        let secs = started.elapsed().as_secs_f64();
+                        throughput.push((
+                            p.name().to_string(),
+                            regime.name(),
+                            seed,
+                            outcomes.len(),
+                            secs,
+                        ));
+                        runs.push(tally::count(
+                            p.name(),
+                            regime,
+                            seed,
+                            total,
+                            &outcomes,
+                            stranded,
+                        ));
+                        cl.clear().await?;
+                        cl.drain_events();
+                        eprintln!(
+                            "fleet: seed {seed} {} {}: {} pods in {secs:.1} s ({:.1} pods/s)",
+                            regime.name(),
+                            p.name(),
+                            outcomes.len(),
+                            outcomes.len() as f64 / secs
+                        );
                     }
-                    whole.extend(figures::records(p.name(), top, seed, &vms));
-                    cl.clear().await?;
-                    cl.drain_events();
-                    eprintln!(
-                        "fleet: seed {seed} {}: {submitted} pods in {secs:.1} s ({:.1} pods/s)",
-                        p.name(),
-                        submitted as f64 / secs
-                    );
                 }
                 cl.delete_fleet_nodes().await?;
                 Ok::<(), String>(())
             })?;
         }
-        if cfg.policies.contains(&Policy::Oracle) {
-            for &load in &cfg.loads {
-                let want = (load * total as f64).ceil() as usize;
-                let mut sum = 0;
-                let upto = stream
-                    .iter()
-                    .position(|v| {
-                        sum += v.gpus as usize;
-                        sum >= want
-                    })
-                    .map_or(stream.len(), |i| i + 1);
-                for size in [2u8, 4, 8] {
-                    let (placed, rejected) = placement::oracle(&nodes, &stream[..upto], size);
-                    let vms = oracle_results(&nodes, &placed, &rejected);
-                    records.extend(
-                        figures::records("oracle", load, seed, &vms)
-                            .into_iter()
-                            .filter(|r| r.vm_gpus == size),
+        for (regime, list) in &lists {
+            if !matches!(regime, Regime::Fill { .. }) {
+                continue;
+            }
+            if cfg.policies.contains(&Policy::Greedy) {
+                let (outcomes, free) = greedy(&nodes, list);
+                runs.push(tally::count(
+                    Policy::Greedy.name(),
+                    regime,
+                    seed,
+                    total,
+                    &outcomes,
+                    tally::stranded(&free) as f64,
+                ));
+            }
+            if cfg.policies.contains(&Policy::Optimum) {
+                for (objective, name) in [
+                    (Objective::PlacedThenWell, "optimum"),
+                    (Objective::Well, "optimum-well"),
+                ] {
+                    let t = Instant::now();
+                    let o = optimum::solve(&nodes, list, objective)?;
+                    eprintln!(
+                        "fleet: seed {seed} {}: {name}: {} (LP bound {:.1}) in {:.2} s",
+                        regime.name(),
+                        o.count(),
+                        o.lp_bound,
+                        t.elapsed().as_secs_f64()
                     );
+                    optima.push(OptimumRecord {
+                        seed,
+                        regime: regime.name(),
+                        objective: objective.name().to_string(),
+                        count: o.count(),
+                        lp_bound: o.lp_bound,
+                    });
+                    runs.push(optimum_run(name, regime, seed, total, list, &o));
                 }
             }
         }
@@ -223,151 +280,188 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
             .map(|(s, n)| (s.name.clone(), n))
             .collect(),
         skipped,
-        records,
-        whole,
+        runs,
+        optima,
         throughput,
         gpus,
     })
 }
 
-/// The oracle's placements as results, in arrival order.
-fn oracle_results(nodes: &[&Shape], placed: &[Placed], rejected: &[Vm]) -> Vec<VmResult> {
-    let mut all: Vec<(usize, VmResult)> = placed
-        .iter()
-        .map(|p| {
-            (
-                p.vm.index,
-                VmResult {
-                    gpus: p.vm.gpus,
-                    admitted: Some(p.classes(nodes[p.node])),
-                    tiers: Default::default(),
-                    took_ms: None,
-                    filter_timeouts: 0,
-                },
-            )
-        })
-        .chain(rejected.iter().map(|v| {
-            (
-                v.index,
-                VmResult {
-                    gpus: v.gpus,
-                    admitted: None,
-                    tiers: Default::default(),
-                    took_ms: None,
-                    filter_timeouts: 0,
-                },
-            )
-        }))
-        .collect();
-    all.sort_by_key(|(i, _)| *i);
-    all.into_iter().map(|(_, v)| v).collect()
+/// Node `i`'s name in seed `seed`'s fleet.
+fn node_name(seed: u64, i: usize) -> String {
+    format!("s{seed}-node-{i:03}")
 }
 
-/// One policy's run over `stream`: each VM's result in arrival order, the
-/// (load, VMs so far) snapshots, and the pods submitted.
-#[allow(clippy::too_many_arguments)]
+/// The greedy heuristic on a fill list (largest VMs first): each arrival's
+/// outcome in arrival order, and the GPUs left free per node.
+fn greedy(nodes: &[&Shape], list: &[Vm]) -> (Vec<Outcome>, Vec<usize>) {
+    let (placed, _) = placement::greedy(nodes, list, 8);
+    let mut free: Vec<usize> = nodes.iter().map(|s| s.gpus.len()).collect();
+    let mut by_index = std::collections::BTreeMap::new();
+    for p in &placed {
+        free[p.node] -= p.gpus.len();
+        let (worst, nic) = p.classes(nodes[p.node]);
+        by_index.insert(p.vm.index, (p.node, worst, nic));
+    }
+    let outcomes = list
+        .iter()
+        .map(|vm| Outcome {
+            vm: *vm,
+            placed: by_index.get(&vm.index).copied(),
+            tiers: Default::default(),
+            took_ms: None,
+            filter_timeouts: 0,
+        })
+        .collect();
+    (outcomes, free)
+}
+
+/// An optimum's counts as a run's: per size arrived, placed, well placed,
+/// refused (no classes: the program counts well placed or not).
+fn optimum_run(
+    name: &str,
+    regime: &Regime,
+    seed: u64,
+    total: usize,
+    list: &[Vm],
+    o: &optimum::Optimum,
+) -> RunCount {
+    let sizes = SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &g)| {
+            let arrived = list.iter().filter(|v| v.gpus == g).count() as u32;
+            SizeCount {
+                vm_gpus: g,
+                arrived,
+                placed: o.placed[i],
+                by_class: None,
+                well_placed: o.well[i],
+                nic_classes: None,
+                refused: arrived - o.placed[i],
+                gpu_tiers: Default::default(),
+                schedule_ms_p50: None,
+                schedule_ms_p99: None,
+                filter_timeouts: 0,
+            }
+        })
+        .collect();
+    RunCount {
+        policy: name.to_string(),
+        regime: regime.name(),
+        seed,
+        fleet_gpus: total as u32,
+        sizes,
+        stranded_gpus: None,
+        gpu_hours_served: None,
+        gpu_hours_asked: None,
+    }
+}
+
+/// A VM the scheduler placed and that has not left.
+struct Live {
+    pod: String,
+    claim: String,
+    node: usize,
+    gpus: usize,
+    leave: f64,
+}
+
+/// One policy's run over `list` under `regime`: each arrival's outcome in
+/// arrival order, and the stranded GPUs (at the end of a fill run; in churn
+/// the mean over the counted window's arrivals). In churn every VM whose
+/// time is up leaves (its pod deleted, its claim gone) before the next
+/// arrival.
 async fn run_policy(
     cl: &mut Cluster,
     policy: Policy,
     seed: u64,
+    regime: &Regime,
     nodes: &[&Shape],
-    stream: &[Vm],
-    total: usize,
-    loads: &[f64],
-    pods: Option<usize>,
-) -> Result<(Vec<VmResult>, Vec<(f64, usize)>, usize), String> {
-    let by_name: std::collections::BTreeMap<String, usize> = (0..nodes.len())
-        .map(|i| (format!("s{seed}-node-{i:03}"), i))
-        .collect();
-    let mut results = Vec::new();
-    let mut snaps = Vec::new();
-    let mut taken = 0usize;
-    let mut live: Vec<(String, usize)> = Vec::new(); // (pod, GPUs) admitted and not gone
-    let mut churn = arrivals::Rng::new(seed ^ 0x4348_5552); // "CHUR"
-    let mut next_load = 0;
-    let top = loads.last().copied().unwrap_or(0.9);
+    list: &[Vm],
+) -> Result<(Vec<Outcome>, f64), String> {
+    let by_name: std::collections::BTreeMap<String, usize> =
+        (0..nodes.len()).map(|i| (node_name(seed, i), i)).collect();
+    let mut free: Vec<usize> = nodes.iter().map(|s| s.gpus.len()).collect();
+    let total: usize = free.iter().sum();
+    let (from, to) = regime.window();
+    let mut outcomes = Vec::with_capacity(list.len());
+    let mut live: Vec<Live> = Vec::new();
+    let mut stranded_seen = Vec::new();
     let started = Instant::now();
-    for vm in stream {
-        let full = next_load >= loads.len();
-        if full {
-            match pods {
-                Some(n) if vm.index < n => {
-                    // Keep the fleet at the top load: one VM leaves first.
-                    if (taken as f64) >= top * total as f64 && !live.is_empty() {
-                        let (name, g) = live.swap_remove(churn.below(live.len()));
-                        cl.remove(&name).await?;
-                        taken -= g;
-                    }
-                }
-                _ => break,
-            }
+    for vm in list {
+        live.sort_by(|a, b| b.leave.total_cmp(&a.leave));
+        while live.last().is_some_and(|l| l.leave <= vm.arrive) {
+            let l = live.pop().expect("a live VM");
+            cl.leave(&l.pod, &l.claim).await?;
+            free[l.node] += l.gpus;
+        }
+        if vm.arrive >= from && vm.arrive < to {
+            stranded_seen.push(tally::stranded(&free) as f64);
         }
         let name = format!("{}-vm-{:05}", policy.name(), vm.index);
         let r = cl
             .place(&name, vm.gpus, &policy.template_name(vm.gpus))
             .await?;
-        let result = match r.outcome {
-            Outcome::Bound {
+        let outcome = match r.outcome {
+            Scheduled::Bound {
                 node,
+                claim,
                 devices,
                 took,
             } => {
                 let (gpus, nic, tiers) = cluster::split_devices(&devices);
-                let shape = by_name
+                let i = *by_name
                     .get(&node)
-                    .map(|&i| nodes[i])
                     .ok_or_else(|| format!("pod {name} bound to {node}, not a fleet node"))?;
-                let (worst, nic_class) = shape.vm_classes(&gpus, nic.as_deref());
-                taken += vm.gpus as usize;
-                live.push((name.clone(), vm.gpus as usize));
-                VmResult {
-                    gpus: vm.gpus,
-                    admitted: Some((worst, nic_class)),
+                let (worst, nic_class) = nodes[i].vm_classes(&gpus, nic.as_deref());
+                free[i] -= usize::from(vm.gpus);
+                live.push(Live {
+                    pod: name.clone(),
+                    claim,
+                    node: i,
+                    gpus: usize::from(vm.gpus),
+                    leave: vm.leave,
+                });
+                Outcome {
+                    vm: *vm,
+                    placed: Some((i, worst, nic_class)),
                     tiers,
                     took_ms: Some(took.as_secs_f64() * 1000.0),
                     filter_timeouts: r.filter_timeouts,
                 }
             }
-            Outcome::Rejected { why, took } => {
+            Scheduled::Rejected { why, took } => {
                 cl.remove(&name).await?;
                 if vm.index < 3 || r.filter_timeouts > 0 {
                     eprintln!("fleet: {name} ({} GPUs) not placed: {why}", vm.gpus);
                 }
-                VmResult {
-                    gpus: vm.gpus,
-                    admitted: None,
+                Outcome {
+                    vm: *vm,
+                    placed: None,
                     tiers: Default::default(),
                     took_ms: Some(took.as_secs_f64() * 1000.0),
                     filter_timeouts: r.filter_timeouts,
                 }
             }
         };
-        results.push(result);
-        while next_load < loads.len() && taken as f64 >= loads[next_load] * total as f64 {
-            snaps.push((loads[next_load], results.len()));
-            next_load += 1;
-        }
-        if results.len() % 50 == 0 {
+        outcomes.push(outcome);
+        if outcomes.len() % 100 == 0 {
             eprintln!(
-                "fleet: seed {seed} {}: {} VMs, load {:.0}%, {} rejected, {:.1} pods/s",
+                "fleet: seed {seed} {} {}: {} of {} arrivals, {:.0}% of the GPUs taken, {} refused, {:.1} pods/s",
+                regime.name(),
                 policy.name(),
-                results.len(),
-                100.0 * taken as f64 / total as f64,
-                results.iter().filter(|r| r.admitted.is_none()).count(),
-                results.len() as f64 / started.elapsed().as_secs_f64()
+                outcomes.len(),
+                list.len(),
+                100.0 * (total - free.iter().sum::<usize>()) as f64 / total as f64,
+                outcomes.iter().filter(|o| o.placed.is_none()).count(),
+                outcomes.len() as f64 / started.elapsed().as_secs_f64()
             );
         }
     }
-    if next_load < loads.len() {
-        eprintln!(
-            "fleet: seed {seed} {}: the arrivals ran out at load {:.0}%; the higher loads are reported at that point",
-            policy.name(),
-            100.0 * taken as f64 / total as f64
-        );
-        for &l in &loads[next_load..] {
-            snaps.push((l, results.len()));
-        }
-    }
-    let submitted = results.len();
-    Ok((results, snaps, submitted))
+    let stranded = match regime {
+        Regime::Fill { .. } => tally::stranded(&free) as f64,
+        Regime::Churn { .. } => figures::mean_sd(&stranded_seen).map_or(0.0, |m| m.0),
+    };
+    Ok((outcomes, stranded))
 }

@@ -4,12 +4,14 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use p2p_fleet::arrivals::Regime;
+use p2p_fleet::tally::RunCount;
 use p2p_fleet::{self as fleet, figures, policy::Policy, FleetConfig};
 use p2p_tests::kube::ControlPlane;
 
 /// VM pods placed by the real kube-scheduler on a fleet of simulated nodes
-/// drawn from sysfs trees, under vp2p's attributes, NVIDIA's, counting, and
-/// an offline oracle.
+/// drawn from sysfs trees, under vp2p's attributes, NVIDIA's and counting,
+/// against a greedy heuristic and the exact optimum, over the same arrivals.
 #[derive(Parser, Debug)]
 #[command(name = "fleet")]
 struct Args {
@@ -19,24 +21,35 @@ struct Args {
     /// Simulated nodes.
     #[arg(long, default_value_t = 200)]
     nodes: usize,
-    /// Loads to report: shares of the fleet's GPUs taken, ascending.
-    #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.9")]
-    loads: Vec<f64>,
+    /// Regimes, comma-separated: fill (nobody leaves, arrivals until
+    /// --demand), churn (Poisson arrivals and exponential lifetimes at each
+    /// of --churn-loads).
+    #[arg(long, value_delimiter = ',', default_value = "fill,churn")]
+    regimes: Vec<String>,
+    /// Fill: arrivals until they ask this multiple of the fleet's GPUs.
+    #[arg(long, default_value_t = 1.1)]
+    demand: f64,
+    /// Churn: offered loads (multiples of the fleet's GPUs).
+    #[arg(long, value_delimiter = ',', default_value = "0.8,1.0,1.2")]
+    churn_loads: Vec<f64>,
+    /// Churn: time before counting starts, in mean lifetimes.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Churn: time counted, in mean lifetimes.
+    #[arg(long, default_value_t = 2.0)]
+    window: f64,
     /// Seeds 1..=K (each draws its own nodes and arrivals).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
-    /// Policies, comma-separated: vp2p, nvidia, count, oracle.
+    /// Policies, comma-separated: vp2p, nvidia, count (placed by
+    /// kube-scheduler), greedy, optimum (offline, fill only).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "vp2p,nvidia,count,oracle"
+        default_value = "vp2p,nvidia,count,greedy,optimum"
     )]
     policies: Vec<String>,
-    /// Submit this many VM pods per run: past the top load one VM leaves
-    /// before each arrives (the scale run); without it a run stops at the top load.
-    #[arg(long)]
-    pods: Option<usize>,
-    /// Write the records as JSON to FILE.
+    /// Write the counts as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// kube-scheduler settings (KubeSchedulerConfiguration fields below the
@@ -48,7 +61,7 @@ struct Args {
     /// eight-peer-gpus-tiered (default: the shipped host/kubernetes/dra/claim-templates-tiered.yaml).
     #[arg(long, value_name = "FILE")]
     templates: Option<PathBuf>,
-    /// Print the table and goals of a saved `--json` FILE again, and run nothing.
+    /// Print the tables and goals of a saved `--json` FILE again, and run nothing.
     #[arg(long, value_name = "FILE", conflicts_with = "json")]
     report: Option<PathBuf>,
     /// Work directory (control plane, logs, tree copies).
@@ -56,26 +69,57 @@ struct Args {
     work: PathBuf,
 }
 
+fn regimes(a: &Args) -> anyhow::Result<Vec<Regime>> {
+    // Written to refuse NaN too: a NaN compares false.
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(a.demand) {
+        bail!("--demand must be above 0, got {}", a.demand);
+    }
+    let valid = a.churn_loads.iter().all(|l| positive(*l))
+        && a.warmup.is_finite()
+        && a.warmup >= 0.0
+        && positive(a.window);
+    if !valid {
+        bail!(
+            "--churn-loads must be above 0, --warmup at least 0 and --window above 0 (got {:?}, {}, {})",
+            a.churn_loads,
+            a.warmup,
+            a.window
+        );
+    }
+    let mut out = Vec::new();
+    for r in &a.regimes {
+        match r.as_str() {
+            "fill" => out.push(Regime::Fill { demand: a.demand }),
+            "churn" => out.extend(a.churn_loads.iter().map(|&load| Regime::Churn {
+                load,
+                warmup: a.warmup,
+                window: a.window,
+            })),
+            other => bail!("--regimes: unknown regime '{other}' (fill, churn)"),
+        }
+    }
+    if out.is_empty() {
+        bail!("--regimes: none given");
+    }
+    Ok(out)
+}
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    if a.loads.is_empty() || a.loads.iter().any(|l| !(*l > 0.0 && *l <= 1.0)) {
-        bail!("--loads: each load is a share in (0, 1], got {:?}", a.loads);
-    }
-    if a.loads.windows(2).any(|w| w[0] >= w[1]) {
-        bail!("--loads must ascend, got {:?}", a.loads);
+    if let Some(f) = &a.report {
+        return print_saved(f);
     }
     if a.nodes == 0 || a.seeds == 0 {
         bail!("--nodes and --seeds must be at least 1");
     }
-    if let Some(f) = &a.report {
-        return print_saved(f);
-    }
+    let regimes = regimes(&a)?;
     let policies = a
         .policies
         .iter()
         .map(|p| {
             Policy::parse(p).with_context(|| {
-                format!("--policies: unknown policy '{p}' (vp2p, nvidia, count, oracle)")
+                format!("--policies: unknown policy '{p}' (vp2p, nvidia, count, greedy, optimum)")
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -86,7 +130,7 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.work).with_context(|| format!("{}", a.work.display()))?;
     let work = std::fs::canonicalize(&a.work)?;
     let p2p_host = p2p_tests::binary("p2p-host");
-    let needs_kube = policies.iter().any(|p| *p != Policy::Oracle);
+    let needs_kube = policies.iter().any(|p| p.scheduled());
     let cp_dir = work.join("control-plane");
     let _ = std::fs::remove_dir_all(&cp_dir);
     if let Some(f) = &a.scheduler_profile {
@@ -99,10 +143,9 @@ fn main() -> anyhow::Result<()> {
     let cfg = FleetConfig {
         trees,
         nodes: a.nodes,
-        loads: a.loads.clone(),
+        regimes,
         seeds: a.seeds,
         policies: policies.clone(),
-        pods: a.pods,
         work: work.clone(),
         repo: p2p_tests::repo_root(),
         vp2p_templates: a
@@ -113,7 +156,6 @@ fn main() -> anyhow::Result<()> {
         kubeconfig: cp.as_ref().map(|c| c.kubeconfig()).unwrap_or_default(),
     };
     let report = fleet::run(&cfg).map_err(anyhow::Error::msg)?;
-    let names: Vec<&str> = policies.iter().map(|p| p.name()).collect();
     println!(
         "fleet: {} nodes per seed from {} tree(s) ({} skipped), seeds 1..={}, VM mix {}",
         a.nodes,
@@ -129,24 +171,26 @@ fn main() -> anyhow::Result<()> {
     for (name, why) in &report.skipped {
         println!("  skipped {name}: {why}");
     }
-    println!("Share of admitted VMs by worst GPU-pair class (mean±sd over seeds, %):");
-    print!("{}", figures::table(&report.records, &names, &a.loads));
-    print!("{}", figures::goals(&report.records, &names, &a.loads));
-    for (p, seed, n, secs) in &report.throughput {
+    print_counts(&report.runs);
+    for (p, r, seed, n, secs) in &report.throughput {
         println!(
-            "  {p} seed {seed}: {n} pods in {secs:.1} s, {:.1} pods/s",
+            "  {p} {r} seed {seed}: {n} pods in {secs:.1} s, {:.1} pods/s",
             *n as f64 / secs
         );
     }
     let timeouts: Vec<String> = report
-        .whole
+        .runs
         .iter()
-        .filter(|r| r.filter_timeouts > 0)
-        .map(|r| {
-            format!(
-                "{} seed {} {}-GPU: {}",
-                r.policy, r.seed, r.vm_gpus, r.filter_timeouts
-            )
+        .flat_map(|r| {
+            r.sizes
+                .iter()
+                .filter(|s| s.filter_timeouts > 0)
+                .map(move |s| {
+                    format!(
+                        "{} {} seed {} {}-GPU: {}",
+                        r.policy, r.regime, r.seed, s.vm_gpus, s.filter_timeouts
+                    )
+                })
         })
         .collect();
     if timeouts.is_empty() {
@@ -163,28 +207,51 @@ fn main() -> anyhow::Result<()> {
         let doc = report.to_json(&cfg);
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("fleet: records in {}", path.display());
+        eprintln!("fleet: counts in {}", path.display());
     }
     Ok(())
 }
 
-/// `--report FILE`: the table and goals of a saved run.
+/// The policies present in `runs`, in the figures' order.
+fn present(runs: &[RunCount]) -> Vec<&'static str> {
+    [
+        "vp2p",
+        "nvidia",
+        "count",
+        "greedy",
+        "optimum",
+        "optimum-well",
+    ]
+    .into_iter()
+    .filter(|p| runs.iter().any(|r| r.policy == *p))
+    .collect()
+}
+
+/// The tables and the goals.
+fn print_counts(runs: &[RunCount]) {
+    let names = present(runs);
+    println!("VMs per regime, policy and size (counts, mean over seeds):");
+    print!("{}", figures::table(runs, &names));
+    println!("Stranded GPUs and GPU-hours (mean over seeds):");
+    print!("{}", figures::runs(runs, &names));
+    println!("Goals, seed by seed:");
+    print!("{}", figures::goals_text(runs));
+}
+
+/// `--report FILE`: the tables and goals of a saved run.
 fn print_saved(f: &std::path::Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(f).with_context(|| format!("--report {}", f.display()))?;
     let doc: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", f.display()))?;
-    let records: Vec<figures::Record> = serde_json::from_value(doc["records"].clone())
-        .with_context(|| format!("{}: `records` is not a list of fleet records", f.display()))?;
-    let loads: Vec<f64> = serde_json::from_value(doc["loads"].clone())
-        .with_context(|| format!("{}: no `loads`", f.display()))?;
-    let mut names: Vec<&str> = Vec::new();
-    for p in Policy::ALL {
-        if records.iter().any(|r| r.policy == p.name()) {
-            names.push(p.name());
-        }
+    if doc["schema"] != "vp2p.fleet/2" {
+        bail!(
+            "{}: schema {} (this fleet reads vp2p.fleet/2)",
+            f.display(),
+            doc["schema"]
+        );
     }
-    println!("Share of admitted VMs by worst GPU-pair class (mean±sd over seeds, %):");
-    print!("{}", figures::table(&records, &names, &loads));
-    print!("{}", figures::goals(&records, &names, &loads));
+    let runs: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
+        .with_context(|| format!("{}: `runs` is not a list of fleet counts", f.display()))?;
+    print_counts(&runs);
     Ok(())
 }

@@ -1,18 +1,15 @@
-//! Where a VM landed, what it got, and the offline oracle: a placer that sees
-//! every node's tree and the whole arrival list at once. For the figures of
-//! one VM size it places that size's VMs first, then the others largest
-//! first; each VM on the devices with the best worst-pair class (then the
-//! nearest NIC, then the fullest node, then the set that leaves the best
-//! pairs free). So each size's figure is the most that size could get from
-//! the same arrivals, the reference the scheduler's figures are measured
-//! against: no scheduler that places VMs one at a time in arrival order has
-//! that knowledge. It is a greedy bound, not a proven optimum.
+//! Where a VM landed, what it got, and the greedy heuristic: an offline
+//! placer that sees every node's tree and the whole arrival list at once.
+//! It places the VMs of one size first, then the others largest first;
+//! each VM on the devices with the best worst-pair class (then the nearest
+//! NIC, then the fullest node, then the set that leaves the best pairs
+//! free). A heuristic beside the exact optimum (super::optimum), not a bound.
 
 use super::arrivals::Vm;
 use super::trees::{Class, Shape};
 
 /// One admitted VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Placed {
     /// The VM.
     pub vm: Vm,
@@ -31,17 +28,17 @@ impl Placed {
     }
 }
 
-/// What is free on each node while the oracle places: device indices of
+/// What is free on each node while the heuristic places: device indices of
 /// the node's [`Shape::matrix`].
 struct Free {
     gpus: Vec<usize>,
     nics: Vec<usize>,
 }
 
-/// The oracle's placement of `vms` on `nodes` (shapes by node), VMs of
+/// The greedy placement of `vms` on `nodes` (shapes by node), VMs of
 /// `first` GPUs placed first: the admitted VMs, and the VMs it could not
 /// place anywhere.
-pub fn oracle(nodes: &[&Shape], vms: &[Vm], first: u8) -> (Vec<Placed>, Vec<Vm>) {
+pub fn greedy(nodes: &[&Shape], vms: &[Vm], first: u8) -> (Vec<Placed>, Vec<Vm>) {
     let mut free: Vec<Free> = nodes
         .iter()
         .map(|s| Free {

@@ -11,7 +11,11 @@
 //!   the same prioritized list over `pcieRoot`, then `numaNode`, then anywhere.
 //! - `count`: vp2p's slices, and claims that only count devices: what a node
 //!   chosen by counting (a device plugin) amounts to.
-//! - `oracle`: no claims; [`super::placement::oracle`] places offline.
+//! - `greedy`: no claims; [`super::placement::greedy`] places the fill
+//!   regime's arrivals offline, largest first (a heuristic, not a bound).
+//! - `optimum`: no claims; [`super::optimum`] solves the fill regime's
+//!   packing exactly, twice: the most VMs placed (then the most well
+//!   placed), and the most well placed (reported as `optimum-well`).
 
 use std::path::Path;
 
@@ -26,13 +30,21 @@ pub enum Policy {
     Nvidia,
     /// Counting only.
     Count,
-    /// The offline placer.
-    Oracle,
+    /// The offline greedy placer (fill only).
+    Greedy,
+    /// The offline optimum (fill only).
+    Optimum,
 }
 
 impl Policy {
     /// Every policy, in the order of the figures.
-    pub const ALL: [Policy; 4] = [Policy::Vp2p, Policy::Nvidia, Policy::Count, Policy::Oracle];
+    pub const ALL: [Policy; 5] = [
+        Policy::Vp2p,
+        Policy::Nvidia,
+        Policy::Count,
+        Policy::Greedy,
+        Policy::Optimum,
+    ];
 
     /// The name in `--json` and in the table.
     pub fn name(self) -> &'static str {
@@ -40,8 +52,14 @@ impl Policy {
             Policy::Vp2p => "vp2p",
             Policy::Nvidia => "nvidia",
             Policy::Count => "count",
-            Policy::Oracle => "oracle",
+            Policy::Greedy => "greedy",
+            Policy::Optimum => "optimum",
         }
+    }
+
+    /// Whether kube-scheduler places its VMs (the offline ones place by themselves).
+    pub fn scheduled(self) -> bool {
+        !matches!(self, Policy::Greedy | Policy::Optimum)
     }
 
     /// The policy called `name`.
@@ -93,11 +111,11 @@ pub fn device_classes(repo: &Path) -> Result<Vec<Value>, String> {
 /// The shipped tiered templates, vp2p's claims unless a run names others.
 pub const TIERED: &str = "host/kubernetes/dra/claim-templates-tiered.yaml";
 
-/// Every ResourceClaimTemplate of `policy` (none for the oracle), in `ns`;
+/// Every ResourceClaimTemplate of `policy` (none for the offline ones), in `ns`;
 /// vp2p's from `vp2p_file` (the three names of [`Policy::template_name`]).
 pub fn templates(policy: Policy, vp2p_file: &Path, ns: &str) -> Result<Vec<Value>, String> {
     let mut out = match policy {
-        Policy::Oracle => Vec::new(),
+        Policy::Greedy | Policy::Optimum => Vec::new(),
         Policy::Vp2p => yaml_documents(vp2p_file)?,
         Policy::Nvidia | Policy::Count => [2u8, 4, 8]
             .into_iter()

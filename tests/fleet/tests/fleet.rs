@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use p2p_fleet::arrivals::Vm;
-use p2p_fleet::placement::oracle;
+use p2p_fleet::placement::greedy;
 use p2p_fleet::trees::{discover, Class, Shape, Tree};
 use p2p_tests::{binary, repo_root};
 use serde_json::Value;
@@ -134,12 +134,18 @@ fn the_eight_gpu_shapes_pair_as_boot_sh_lays_them_out() {
 }
 
 #[test]
-fn the_oracle_places_each_size_first_on_the_best_class_free() {
+fn the_greedy_heuristic_places_each_size_first_on_the_best_class_free() {
     let (usable, _) = shapes();
     let e = shape(&usable, "qemu-11.1-eight-gpu-iommu-on");
     let r = shape(&usable, "qemu-11.1-root-ports-iommu-on");
     let nodes = [e, r];
-    let vm = |index, gpus, nic| Vm { index, gpus, nic };
+    let vm = |index, gpus, nic| Vm {
+        index,
+        gpus,
+        nic,
+        arrive: 0.0,
+        leave: f64::INFINITY,
+    };
     // One 8-GPU VM and four 2-GPU VMs on an eight-gpu node and a root-ports node.
     let vms = [
         vm(0, 2, false),
@@ -150,7 +156,7 @@ fn the_oracle_places_each_size_first_on_the_best_class_free() {
     ];
     // 8-GPU first: it takes the eight-gpu node (PHB beats root-ports' SYS);
     // the 2-GPU VMs then get root-ports' PHB pairs, four of them.
-    let (placed, rejected) = oracle(&nodes, &vms, 8);
+    let (placed, rejected) = greedy(&nodes, &vms, 8);
     assert!(rejected.is_empty());
     let by = |i: usize| placed.iter().find(|p| p.vm.index == i).unwrap();
     assert_eq!(by(1).node, 0);
@@ -161,7 +167,7 @@ fn the_oracle_places_each_size_first_on_the_best_class_free() {
     }
     // 2-GPU first: each takes a PIX pair of the eight-gpu node (four pairs,
     // two per switch), and the 8-GPU VM gets root-ports, SYS.
-    let (placed, _) = oracle(&nodes, &vms, 2);
+    let (placed, _) = greedy(&nodes, &vms, 2);
     let by = |i: usize| placed.iter().find(|p| p.vm.index == i).unwrap();
     for i in [0, 2, 3, 4] {
         assert_eq!(by(i).classes(nodes[by(i).node]).0, Class::Pix, "VM {i}");
@@ -178,7 +184,7 @@ fn trees_of(dir: &Path, names: &[&str]) {
 }
 
 #[test]
-fn a_small_fleet_on_the_real_scheduler_records_every_policy_load_and_size() {
+fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals() {
     let tmp = tempfile::tempdir().unwrap();
     let trees = tmp.path().join("trees");
     std::fs::create_dir_all(&trees).unwrap();
@@ -189,7 +195,17 @@ fn a_small_fleet_on_the_real_scheduler_records_every_policy_load_and_size() {
         .args(["--trees"])
         .arg(&trees)
         .args([
-            "--nodes", "6", "--seeds", "1", "--loads", "0.5,0.8", "--work",
+            "--nodes",
+            "6",
+            "--seeds",
+            "1",
+            "--churn-loads",
+            "1.0",
+            "--warmup",
+            "0.5",
+            "--window",
+            "1",
+            "--work",
         ])
         .arg(tmp.path().join("work"))
         .arg("--json")
@@ -201,90 +217,95 @@ fn a_small_fleet_on_the_real_scheduler_records_every_policy_load_and_size() {
     assert!(out.status.success(), "fleet failed:\n{stdout}\n{stderr}");
     eprintln!("{stdout}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let records = doc["records"].as_array().unwrap();
-    // One record per policy, load and size (one seed): 4 x 2 x 3.
-    assert_eq!(records.len(), 24);
-    for r in records {
-        let classes = r["classes"].as_object().unwrap();
-        let keys: BTreeSet<&str> = classes.keys().map(String::as_str).collect();
-        assert_eq!(
-            keys,
-            BTreeSet::from(["NV", "PIX", "PXB", "PHB", "NODE", "SYS"])
-        );
-        assert!(r["rejected"].is_u64() && r["vm_gpus"].is_u64() && r["seed"] == 1);
+    assert_eq!(doc["schema"], "vp2p.fleet/2");
+    let runs = doc["runs"].as_array().unwrap();
+    let keys: BTreeSet<(&str, &str)> = runs
+        .iter()
+        .map(|r| (r["regime"].as_str().unwrap(), r["policy"].as_str().unwrap()))
+        .collect();
+    // The scheduled policies in both regimes; greedy and the two optima in fill.
+    let mut want = BTreeSet::new();
+    for p in ["vp2p", "nvidia", "count"] {
+        want.insert(("fill", p));
+        want.insert(("churn-100", p));
     }
-    let rec = |policy: &str, load: f64, size: u64| {
-        records
-            .iter()
-            .find(|r| {
-                r["policy"] == policy && r["load"].as_f64() == Some(load) && r["vm_gpus"] == size
-            })
+    for p in ["greedy", "optimum", "optimum-well"] {
+        want.insert(("fill", p));
+    }
+    assert_eq!(keys, want);
+    assert_eq!(runs.len(), want.len());
+    let run = |regime: &str, policy: &str| {
+        runs.iter()
+            .find(|r| r["regime"] == regime && r["policy"] == policy)
             .unwrap()
     };
+    let sizes = |r: &Value, key: &str| -> Vec<u64> {
+        r["sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s[key].as_u64().unwrap())
+            .collect()
+    };
+    // 6 eight-GPU nodes, 48 GPUs; fill asks 110 % of them: at least 53 GPUs.
+    let fill_arrived = sizes(run("fill", "vp2p"), "arrived");
+    let asked: u64 = fill_arrived.iter().zip([2, 4, 8]).map(|(n, g)| n * g).sum();
+    assert!((53..53 + 8).contains(&asked), "{asked} GPUs asked");
+    for regime in ["fill", "churn-100"] {
+        let arrived = sizes(run(regime, "vp2p"), "arrived");
+        for p in ["nvidia", "count"] {
+            assert_eq!(
+                sizes(run(regime, p), "arrived"),
+                arrived,
+                "{regime} {p}: the same arrivals"
+            );
+        }
+        for p in ["vp2p", "nvidia", "count"] {
+            let r = run(regime, p);
+            let (placed, refused) = (sizes(r, "placed"), sizes(r, "refused"));
+            for i in 0..3 {
+                assert_eq!(
+                    placed[i] + refused[i],
+                    arrived[i],
+                    "{regime} {p}: every arrival counted once"
+                );
+            }
+        }
+        assert!(run(regime, "vp2p")["gpu_hours_served"].is_null() == (regime == "fill"));
+    }
+    // No policy beats the optimum: placed at most the optimum's, well
+    // placed at most the well-placed optimum's.
+    let total = |r: &Value, key: &str| sizes(r, key).iter().sum::<u64>();
+    let (best_placed, best_well) = (
+        total(run("fill", "optimum"), "placed"),
+        total(run("fill", "optimum-well"), "well_placed"),
+    );
+    for p in ["vp2p", "nvidia", "count", "greedy"] {
+        let r = run("fill", p);
+        assert!(
+            total(r, "placed") <= best_placed,
+            "{p} placed more than the optimum"
+        );
+        assert!(
+            total(r, "well_placed") <= best_well,
+            "{p} well placed more than the optimum"
+        );
+    }
     // On eight-gpu nodes only, every switch holds 4 GPUs, and vp2p's claims
     // take GPUs by twos (2-GPU VMs at the switch tier) or a whole switch
     // (4-GPU VMs, the switch tier) or a whole node: a switch's free count
-    // stays even, so a 2-GPU VM always finds a free pair on one switch (PIX).
-    for load in [0.5, 0.8] {
-        let two = rec("vp2p", load, 2);
-        let admitted: u64 = two["classes"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_u64().unwrap())
-            .sum();
-        assert!(admitted > 0);
-        assert_eq!(two["classes"]["PIX"].as_u64(), Some(admitted), "{two}");
-        // An 8-GPU VM there can only be PHB (two switches below one root complex).
-        let eight = rec("vp2p", load, 8);
-        for c in ["NV", "PIX", "PXB", "NODE", "SYS"] {
-            assert_eq!(eight["classes"][c], 0, "{eight}");
-        }
+    // stays even, so a 2-GPU VM always finds a free pair on one switch (PIX)
+    // while nobody leaves.
+    let two = &run("fill", "vp2p")["sizes"][0];
+    assert!(two["placed"].as_u64().unwrap() > 0);
+    assert_eq!(two["by_class"]["PIX"], two["placed"], "{two}");
+    // An 8-GPU VM there can only be PHB (two switches below one root complex).
+    let eight = &run("fill", "vp2p")["sizes"][2];
+    for c in ["NV", "PIX", "PXB", "NODE", "SYS"] {
+        assert_eq!(eight["by_class"][c], 0, "{eight}");
     }
     assert!(stdout.contains("DRA filter timeout (10 s)"), "{stdout}");
-}
-
-/// docs/results' fleet run: the format of its records (one per policy, load,
-/// size and seed, every class key), and goals.txt is what `--report` prints of them.
-#[test]
-fn the_committed_fleet_results_format_holds_every_record_and_goals_txt_is_their_report() {
-    let dir = repo_root().join("docs/results/dev-2vcpu-2026-11-28-fleet");
-    let json = dir.join("fleet.json");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(doc["schema"], "vp2p.fleet/1");
-    let records = doc["records"].as_array().unwrap();
-    let mut keys = BTreeSet::new();
-    for r in records {
-        keys.insert((
-            r["policy"].as_str().unwrap().to_string(),
-            r["load"].to_string(),
-            r["vm_gpus"].as_u64().unwrap(),
-            r["seed"].as_u64().unwrap(),
-        ));
-        assert_eq!(r["classes"].as_object().unwrap().len(), 6, "{r}");
-    }
-    assert_eq!(
-        keys.len(),
-        records.len(),
-        "one record per policy, load, size and seed"
-    );
-    assert_eq!(records.len(), 4 * 3 * 3 * 3);
-    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .arg("--report")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let goals = std::fs::read_to_string(dir.join("goals.txt")).unwrap();
-    assert!(
-        stdout.ends_with(&goals),
-        "goals.txt is not `fleet --report`'s tail:\n{stdout}"
-    );
+    assert!(stdout.contains("Goals, seed by seed:"), "{stdout}");
 }
 
 /// The shipped tiered templates, as docs/kubevirt.md describes them: the
