@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::tally::RunCount;
+use super::tally::{OptimumRecord, RunCount};
 use super::trees::Class;
 
 /// Counts per class, every class present (zeros included), in column order.
@@ -316,6 +316,49 @@ pub fn goals(runs: &[RunCount]) -> Vec<Verdict> {
                     .join(", "),
             });
         }
+    }
+    out
+}
+
+/// Per seed and regime, the optimum (fill, exact) or the bound (churn) of
+/// VMs placed and of VMs well placed, and vp2p's counts against them.
+pub fn bounds_text(runs: &[RunCount], optima: &[OptimumRecord]) -> String {
+    let mut out = String::new();
+    for o in optima {
+        let what = if o.objective == "well" {
+            "well placed"
+        } else {
+            "placed"
+        };
+        let best = match o.count {
+            Some(c) => format!("optimum {c} (LP bound {:.1})", o.bound),
+            None => format!(
+                "upper bound {:.1} (migration allowed, {} instants)",
+                o.bound,
+                o.instants.unwrap_or(0)
+            ),
+        };
+        let mut line = format!("[{}] seed {}: VMs {what}: {best}", o.regime, o.seed);
+        if let Some(v) = run_of(runs, "vp2p", &o.regime, o.seed) {
+            let got: u32 = v
+                .sizes
+                .iter()
+                .map(|s| {
+                    if o.objective == "well" {
+                        s.well_placed
+                    } else {
+                        s.placed
+                    }
+                })
+                .sum();
+            let reference = o.count.map_or(o.bound, f64::from);
+            let _ = write!(
+                line,
+                "; vp2p {got}, {:.1} % of it",
+                100.0 * f64::from(got) / reference.max(1.0)
+            );
+        }
+        let _ = writeln!(out, "{line}");
     }
     out
 }

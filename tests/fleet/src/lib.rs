@@ -9,11 +9,13 @@
 //! arrival, is in [`tally`].
 
 pub mod arrivals;
+pub mod churn_bound;
 pub mod cluster;
 pub mod figures;
 pub mod optimum;
 pub mod placement;
 pub mod policy;
+pub mod scheduled;
 pub mod tally;
 pub mod trees;
 
@@ -24,10 +26,10 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use arrivals::{Regime, Vm};
-use cluster::{Cluster, Outcome as Scheduled};
+use cluster::Cluster;
 use optimum::{Objective, SIZES};
 use policy::Policy;
-use tally::{Outcome, RunCount, SizeCount};
+use tally::{OptimumRecord, Outcome, RunCount, SizeCount};
 use trees::{Shape, Tree};
 
 /// What a run is asked to do.
@@ -53,21 +55,8 @@ pub struct FleetConfig {
     pub vp2p_templates: PathBuf,
     /// The admin kubeconfig of a running control plane.
     pub kubeconfig: PathBuf,
-}
-
-/// One solved optimum, as `--json` keeps it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct OptimumRecord {
-    /// The seed.
-    pub seed: u64,
-    /// The regime (fill).
-    pub regime: String,
-    /// `placed-then-well` or `well`.
-    pub objective: String,
-    /// The count it maximised first.
-    pub count: u32,
-    /// Its LP relaxation's value: no packing exceeds it.
-    pub lp_bound: f64,
+    /// Churn: the instants the optimum's bound checks the fleet at.
+    pub bound_instants: usize,
 }
 
 /// A run's results: the trees used and skipped, and the counts.
@@ -200,7 +189,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                         cl.apply_classes_and_templates(&classes, &tmpl).await?;
                         let started = Instant::now();
                         let (outcomes, stranded) =
-                            run_policy(&mut cl, p, seed, regime, &nodes, list).await?;
+                            scheduled::run(&mut cl, p, seed, regime, &nodes, list).await?;
                         let secs = started.elapsed().as_secs_f64();
                         throughput.push((
                             p.name().to_string(),
@@ -233,7 +222,35 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
             })?;
         }
         for (regime, list) in &lists {
-            if !matches!(regime, Regime::Fill { .. }) {
+            if matches!(regime, Regime::Churn { .. }) {
+                if cfg.policies.contains(&Policy::Optimum) {
+                    for objective in [Objective::PlacedThenWell, Objective::Well] {
+                        let t = Instant::now();
+                        let b = churn_bound::bound(
+                            &nodes,
+                            list,
+                            regime,
+                            objective,
+                            cfg.bound_instants,
+                        )?;
+                        eprintln!(
+                            "fleet: seed {seed} {}: bound on {}: {:.1} ({} instants) in {:.1} s",
+                            regime.name(),
+                            objective.name(),
+                            b.bound,
+                            b.instants,
+                            t.elapsed().as_secs_f64()
+                        );
+                        optima.push(OptimumRecord {
+                            seed,
+                            regime: regime.name(),
+                            objective: objective.name().to_string(),
+                            count: None,
+                            bound: b.bound,
+                            instants: Some(b.instants),
+                        });
+                    }
+                }
                 continue;
             }
             if cfg.policies.contains(&Policy::Greedy) {
@@ -265,8 +282,9 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                         seed,
                         regime: regime.name(),
                         objective: objective.name().to_string(),
-                        count: o.count(),
-                        lp_bound: o.lp_bound,
+                        count: Some(o.count()),
+                        bound: o.lp_bound,
+                        instants: None,
                     });
                     runs.push(optimum_run(name, regime, seed, total, list, &o));
                 }
@@ -288,7 +306,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
 }
 
 /// Node `i`'s name in seed `seed`'s fleet.
-fn node_name(seed: u64, i: usize) -> String {
+pub fn node_name(seed: u64, i: usize) -> String {
     format!("s{seed}-node-{i:03}")
 }
 
@@ -356,112 +374,4 @@ fn optimum_run(
         gpu_hours_served: None,
         gpu_hours_asked: None,
     }
-}
-
-/// A VM the scheduler placed and that has not left.
-struct Live {
-    pod: String,
-    claim: String,
-    node: usize,
-    gpus: usize,
-    leave: f64,
-}
-
-/// One policy's run over `list` under `regime`: each arrival's outcome in
-/// arrival order, and the stranded GPUs (at the end of a fill run; in churn
-/// the mean over the counted window's arrivals). In churn every VM whose
-/// time is up leaves (its pod deleted, its claim gone) before the next
-/// arrival.
-async fn run_policy(
-    cl: &mut Cluster,
-    policy: Policy,
-    seed: u64,
-    regime: &Regime,
-    nodes: &[&Shape],
-    list: &[Vm],
-) -> Result<(Vec<Outcome>, f64), String> {
-    let by_name: std::collections::BTreeMap<String, usize> =
-        (0..nodes.len()).map(|i| (node_name(seed, i), i)).collect();
-    let mut free: Vec<usize> = nodes.iter().map(|s| s.gpus.len()).collect();
-    let total: usize = free.iter().sum();
-    let (from, to) = regime.window();
-    let mut outcomes = Vec::with_capacity(list.len());
-    let mut live: Vec<Live> = Vec::new();
-    let mut stranded_seen = Vec::new();
-    let started = Instant::now();
-    for vm in list {
-        live.sort_by(|a, b| b.leave.total_cmp(&a.leave));
-        while live.last().is_some_and(|l| l.leave <= vm.arrive) {
-            let l = live.pop().expect("a live VM");
-            cl.leave(&l.pod, &l.claim).await?;
-            free[l.node] += l.gpus;
-        }
-        if vm.arrive >= from && vm.arrive < to {
-            stranded_seen.push(tally::stranded(&free) as f64);
-        }
-        let name = format!("{}-vm-{:05}", policy.name(), vm.index);
-        let r = cl
-            .place(&name, vm.gpus, &policy.template_name(vm.gpus))
-            .await?;
-        let outcome = match r.outcome {
-            Scheduled::Bound {
-                node,
-                claim,
-                devices,
-                took,
-            } => {
-                let (gpus, nic, tiers) = cluster::split_devices(&devices);
-                let i = *by_name
-                    .get(&node)
-                    .ok_or_else(|| format!("pod {name} bound to {node}, not a fleet node"))?;
-                let (worst, nic_class) = nodes[i].vm_classes(&gpus, nic.as_deref());
-                free[i] -= usize::from(vm.gpus);
-                live.push(Live {
-                    pod: name.clone(),
-                    claim,
-                    node: i,
-                    gpus: usize::from(vm.gpus),
-                    leave: vm.leave,
-                });
-                Outcome {
-                    vm: *vm,
-                    placed: Some((i, worst, nic_class)),
-                    tiers,
-                    took_ms: Some(took.as_secs_f64() * 1000.0),
-                    filter_timeouts: r.filter_timeouts,
-                }
-            }
-            Scheduled::Rejected { why, took } => {
-                cl.remove(&name).await?;
-                if vm.index < 3 || r.filter_timeouts > 0 {
-                    eprintln!("fleet: {name} ({} GPUs) not placed: {why}", vm.gpus);
-                }
-                Outcome {
-                    vm: *vm,
-                    placed: None,
-                    tiers: Default::default(),
-                    took_ms: Some(took.as_secs_f64() * 1000.0),
-                    filter_timeouts: r.filter_timeouts,
-                }
-            }
-        };
-        outcomes.push(outcome);
-        if outcomes.len() % 100 == 0 {
-            eprintln!(
-                "fleet: seed {seed} {} {}: {} of {} arrivals, {:.0}% of the GPUs taken, {} refused, {:.1} pods/s",
-                regime.name(),
-                policy.name(),
-                outcomes.len(),
-                list.len(),
-                100.0 * (total - free.iter().sum::<usize>()) as f64 / total as f64,
-                outcomes.iter().filter(|o| o.placed.is_none()).count(),
-                outcomes.len() as f64 / started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let stranded = match regime {
-        Regime::Fill { .. } => tally::stranded(&free) as f64,
-        Regime::Churn { .. } => figures::mean_sd(&stranded_seen).map_or(0.0, |m| m.0),
-    };
-    Ok((outcomes, stranded))
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::Parser;
 use p2p_fleet::arrivals::Regime;
-use p2p_fleet::tally::RunCount;
+use p2p_fleet::tally::{OptimumRecord, RunCount};
 use p2p_fleet::{self as fleet, figures, policy::Policy, FleetConfig};
 use p2p_tests::kube::ControlPlane;
 
@@ -38,6 +38,10 @@ struct Args {
     /// Churn: time counted, in mean lifetimes.
     #[arg(long, default_value_t = 2.0)]
     window: f64,
+    /// Churn: the instants the optimum's upper bound checks the fleet's
+    /// capacity at (more: tighter and slower).
+    #[arg(long, default_value_t = 12)]
+    bound_instants: usize,
     /// Seeds 1..=K (each draws its own nodes and arrivals).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
@@ -154,6 +158,7 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| p2p_tests::repo_root().join(fleet::policy::TIERED)),
         p2p_host,
         kubeconfig: cp.as_ref().map(|c| c.kubeconfig()).unwrap_or_default(),
+        bound_instants: a.bound_instants.max(1),
     };
     let report = fleet::run(&cfg).map_err(anyhow::Error::msg)?;
     println!(
@@ -171,7 +176,7 @@ fn main() -> anyhow::Result<()> {
     for (name, why) in &report.skipped {
         println!("  skipped {name}: {why}");
     }
-    print_counts(&report.runs);
+    print_counts(&report.runs, &report.optima);
     for (p, r, seed, n, secs) in &report.throughput {
         println!(
             "  {p} {r} seed {seed}: {n} pods in {secs:.1} s, {:.1} pods/s",
@@ -227,13 +232,15 @@ fn present(runs: &[RunCount]) -> Vec<&'static str> {
     .collect()
 }
 
-/// The tables and the goals.
-fn print_counts(runs: &[RunCount]) {
+/// The tables, vp2p against the optimum and the bounds, and the goals.
+fn print_counts(runs: &[RunCount], optima: &[OptimumRecord]) {
     let names = present(runs);
     println!("VMs per regime, policy and size (counts, mean over seeds):");
     print!("{}", figures::table(runs, &names));
     println!("Stranded GPUs and GPU-hours (mean over seeds):");
     print!("{}", figures::runs(runs, &names));
+    println!("vp2p against the optimum (fill) and the upper bound (churn):");
+    print!("{}", figures::bounds_text(runs, optima));
     println!("Goals, seed by seed:");
     print!("{}", figures::goals_text(runs));
 }
@@ -252,6 +259,8 @@ fn print_saved(f: &std::path::Path) -> anyhow::Result<()> {
     }
     let runs: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
         .with_context(|| format!("{}: `runs` is not a list of fleet counts", f.display()))?;
-    print_counts(&runs);
+    let optima: Vec<OptimumRecord> = serde_json::from_value(doc["optima"].clone())
+        .with_context(|| format!("{}: `optima` is not a list of optima", f.display()))?;
+    print_counts(&runs, &optima);
     Ok(())
 }

@@ -257,13 +257,13 @@ fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::arrivals::Vm;
 
     /// A shape of `gpus` GPUs in switches of `per_switch` (PIX within one,
     /// PHB across) and `nics` NICs: classes by hand.
-    fn switches(gpus: usize, per_switch: usize, nics: usize) -> Shape {
+    pub(crate) fn switches(gpus: usize, per_switch: usize, nics: usize) -> Shape {
         let n = gpus + nics;
         let mut matrix = vec![vec![Class::Phb; n]; n];
         for (a, row) in matrix.iter_mut().enumerate() {
@@ -289,7 +289,7 @@ mod tests {
         }
     }
 
-    fn vms(sizes: &[u8]) -> Vec<Vm> {
+    pub(crate) fn vms(sizes: &[u8]) -> Vec<Vm> {
         sizes
             .iter()
             .enumerate()

@@ -80,6 +80,26 @@ pub struct RunCount {
     pub gpu_hours_asked: Option<f64>,
 }
 
+/// One solved optimum, as `--json` keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OptimumRecord {
+    /// The seed.
+    pub seed: u64,
+    /// The regime.
+    pub regime: String,
+    /// `placed-then-well` or `well`.
+    pub objective: String,
+    /// Fill: the exact optimum of the count it maximised first (none in churn).
+    pub count: Option<u32>,
+    /// No policy's count exceeds it: the fill program's LP relaxation, or
+    /// the churn bound (super::churn_bound). (`lp_bound` in files written
+    /// before the churn bound.)
+    #[serde(alias = "lp_bound")]
+    pub bound: f64,
+    /// Churn: the instants the bound checked the fleet at.
+    pub instants: Option<usize>,
+}
+
 /// Free GPUs on the nodes no VM size fits (the smallest VM takes two GPUs
 /// and no NIC): a node's last free GPU.
 pub fn stranded(free: &[usize]) -> usize {

@@ -308,6 +308,82 @@ fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals(
     assert!(stdout.contains("Goals, seed by seed:"), "{stdout}");
 }
 
+/// docs/results' counted fleet run: the format of its counts (one run per
+/// policy, regime and seed; per size, placed and refused add up to arrived,
+/// the same arrivals for every policy of a regime and seed; the optima only
+/// in fill), and the tables and goals `--report` prints of them are the ones
+/// in table.txt.
+#[test]
+fn the_committed_fleet_counts_format_adds_up_and_table_txt_is_their_report() {
+    let dir = repo_root().join("docs/results/dev-2vcpu-2026-11-29-fleet-counts");
+    let json = dir.join("fleet.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "vp2p.fleet/2");
+    let runs = doc["runs"].as_array().unwrap();
+    let mut keys = BTreeSet::new();
+    for r in runs {
+        let (policy, regime) = (r["policy"].as_str().unwrap(), r["regime"].as_str().unwrap());
+        keys.insert((policy, regime, r["seed"].as_u64().unwrap()));
+        if policy.starts_with("optimum") || policy == "greedy" {
+            assert_eq!(regime, "fill", "{policy} runs only in fill");
+        }
+        for s in r["sizes"].as_array().unwrap() {
+            let n = |k: &str| s[k].as_u64().unwrap();
+            assert_eq!(
+                n("placed") + n("refused"),
+                n("arrived"),
+                "{policy} {regime}: {s}"
+            );
+            assert!(n("well_placed") <= n("placed"), "{s}");
+            if let Some(by) = s["by_class"].as_object() {
+                assert_eq!(by.len(), 6, "{s}");
+                assert_eq!(
+                    by.values().map(|v| v.as_u64().unwrap()).sum::<u64>(),
+                    n("placed")
+                );
+            }
+        }
+        let same = runs
+            .iter()
+            .find(|o| o["regime"] == r["regime"] && o["seed"] == r["seed"] && o["policy"] == "vp2p")
+            .unwrap();
+        let arrived = |x: &Value| -> Vec<u64> {
+            x["sizes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["arrived"].as_u64().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            arrived(r),
+            arrived(same),
+            "{policy} {regime}: the same arrivals as vp2p"
+        );
+    }
+    assert_eq!(
+        keys.len(),
+        runs.len(),
+        "one run per policy, regime and seed"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("--report")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    let table = std::fs::read_to_string(dir.join("table.txt")).unwrap();
+    assert!(
+        table.contains(report.as_ref()),
+        "table.txt does not hold `fleet --report`'s output:\n{report}"
+    );
+}
+
 /// The shipped tiered templates, as docs/kubevirt.md describes them: the
 /// alternatives in order, each but `anywhere` held by its attribute, and in
 /// the four-GPU template each PCIe level's constraint holding every nearer
