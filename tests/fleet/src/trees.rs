@@ -132,6 +132,14 @@ impl Shape {
         (self.worst(&g), nic.map(|n| self.nic_class(&g, n)))
     }
 
+    /// Whether `other` is this machine again, as the fleet sees a node: as
+    /// many GPUs and NICs, paired alike (device by device, in address order).
+    pub fn same_machine(&self, other: &Shape) -> bool {
+        self.gpus.len() == other.gpus.len()
+            && self.nics.len() == other.nics.len()
+            && self.matrix == other.matrix
+    }
+
     /// The worst class between `nic` and any of `gpus`.
     pub fn nic_class(&self, gpus: &[&str], nic: &str) -> Class {
         gpus.iter()
@@ -164,19 +172,32 @@ pub fn discover(dir: &Path, work: &Path, p2p_host: &Path) -> Result<Vec<Tree>, S
         .filter(|p| p.is_dir())
         .collect();
     names.sort();
-    Ok(names
-        .iter()
-        .map(|d| {
-            let name = d
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            match shape(d, &name, &work.join(&name), p2p_host) {
-                Ok(s) => Tree::Usable(s),
-                Err(reason) => Tree::Skipped { name, reason },
-            }
-        })
-        .collect())
+    let mut out: Vec<Tree> = Vec::new();
+    for d in &names {
+        let name = d
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tree = match shape(d, &name, &work.join(&name), p2p_host) {
+            Ok(s) => match out.iter().find_map(|t| match t {
+                Tree::Usable(u) if u.same_machine(&s) => Some(u.name.clone()),
+                _ => None,
+            }) {
+                // A machine captured twice (another QEMU, the same layout)
+                // would count twice in the draw.
+                Some(first) => Tree::Skipped {
+                    name,
+                    reason: format!(
+                        "the same machine as {first} (the same GPUs, NICs and pair classes)"
+                    ),
+                },
+                None => Tree::Usable(s),
+            },
+            Err(reason) => Tree::Skipped { name, reason },
+        };
+        out.push(tree);
+    }
+    Ok(out)
 }
 
 /// The shape of directory `d`, or why there is none.

@@ -75,6 +75,22 @@ fn fixtures_without_iommu_groups_or_gpus_are_skipped_with_the_reason() {
     // The passthrough VMs have no vIOMMU (their README).
     assert!(why("h200x4-passthrough-guest").contains("no IOMMU group"));
     assert!(why("domains").contains("no sysfs tree"));
+    // QEMU 7.2's captures of the same layouts are the same machines.
+    for (n, first) in [
+        (
+            "qemu-7.2-two-socket-iommu-on",
+            "qemu-11.1-two-socket-iommu-on",
+        ),
+        (
+            "qemu-7.2-nested-switch-iommu-on",
+            "qemu-11.1-nested-switch-iommu-on",
+        ),
+    ] {
+        assert_eq!(
+            why(n),
+            format!("the same machine as {first} (the same GPUs, NICs and pair classes)")
+        );
+    }
 }
 
 #[test]
