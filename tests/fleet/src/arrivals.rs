@@ -53,17 +53,125 @@ pub struct Vm {
     pub leave: f64,
 }
 
-/// The mix of VM sizes: (GPUs, share of arrivals in percent, asks for a NIC).
-/// A 4-GPU VM asks for a NIC, as the shipped template does; 2-GPU VMs are
-/// compute alone; 8-GPU VMs take a whole node and its NICs are not asked.
-pub const MIX: [(u8, u32, bool); 3] = [(2, 60, false), (4, 30, true), (8, 10, false)];
+/// One size of the mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MixEntry {
+    /// GPUs a VM of this size asks for: 2, 4 or 8.
+    pub gpus: u8,
+    /// Its share of the arrivals, in percent.
+    pub percent: u32,
+    /// Whether it asks for an RDMA NIC beside them.
+    pub nic: bool,
+}
 
-/// GPUs an arrival asks for on average under [`MIX`].
-pub fn mean_gpus() -> f64 {
-    MIX.iter()
-        .map(|(g, p, _)| f64::from(*g) * f64::from(*p))
-        .sum::<f64>()
-        / 100.0
+/// The mix of VM sizes (`--mix`), shares adding to 100.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mix(pub Vec<MixEntry>);
+
+impl Mix {
+    /// The default: 60 % 2-GPU VMs, 30 % 4-GPU VMs with a NIC (as the
+    /// shipped template asks), 10 % 8-GPU VMs. By GPUs asked that is 37.5,
+    /// 37.5 and 25 %: every size asks a comparable share of the fleet, so
+    /// each size's refusals show.
+    pub fn standard() -> Self {
+        Mix(vec![
+            MixEntry {
+                gpus: 2,
+                percent: 60,
+                nic: false,
+            },
+            MixEntry {
+                gpus: 4,
+                percent: 30,
+                nic: true,
+            },
+            MixEntry {
+                gpus: 8,
+                percent: 10,
+                nic: false,
+            },
+        ])
+    }
+
+    /// A mix written `2=60,4+nic=30,8=10`: sizes of 2, 4 or 8 GPUs, each
+    /// once, shares adding to 100; `+nic` on the 4-GPU size, whose claims
+    /// ask for an RDMA NIC in every policy, and on no other.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut out = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (size, pct) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item}: not SIZE=PERCENT (e.g. 4+nic=30)"))?;
+            let (gpus, nic) = match size.strip_suffix("+nic") {
+                Some(g) => (g, true),
+                None => (size, false),
+            };
+            let gpus: u8 = gpus
+                .parse()
+                .ok()
+                .filter(|g| [2, 4, 8].contains(g))
+                .ok_or_else(|| format!("{item}: a VM takes 2, 4 or 8 GPUs"))?;
+            let percent: u32 = pct
+                .parse()
+                .map_err(|_| format!("{item}: {pct} is not a whole percentage"))?;
+            // Every policy's claim for four GPUs asks for a NIC (the
+            // shipped template does), and no other size's does.
+            if nic != (gpus == 4) {
+                return Err(format!(
+                    "{item}: 4-GPU VMs, and only they, ask for a NIC in every policy's claims (write 4+nic)"
+                ));
+            }
+            if out.iter().any(|e: &MixEntry| e.gpus == gpus) {
+                return Err(format!("{item}: {gpus}-GPU VMs named twice"));
+            }
+            out.push(MixEntry { gpus, percent, nic });
+        }
+        let total: u32 = out.iter().map(|e| e.percent).sum();
+        if total != 100 {
+            return Err(format!("the shares add up to {total} %, not 100"));
+        }
+        Ok(Mix(out))
+    }
+
+    /// GPUs an arrival asks for on average.
+    pub fn mean_gpus(&self) -> f64 {
+        self.0
+            .iter()
+            .map(|e| f64::from(e.gpus) * f64::from(e.percent))
+            .sum::<f64>()
+            / 100.0
+    }
+
+    /// The next size: (GPUs, asks for a NIC).
+    fn draw(&self, rng: &mut Rng) -> (u8, bool) {
+        let mut roll = rng.below(100) as u32;
+        for e in &self.0 {
+            if roll < e.percent {
+                return (e.gpus, e.nic);
+            }
+            roll -= e.percent;
+        }
+        let last = self.0.last().expect("a mix has a size");
+        (last.gpus, last.nic)
+    }
+}
+
+impl std::fmt::Display for Mix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let items: Vec<String> = self
+            .0
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}{}={}",
+                    e.gpus,
+                    if e.nic { "+nic" } else { "" },
+                    e.percent
+                )
+            })
+            .collect();
+        f.write_str(&items.join(","))
+    }
 }
 
 /// How VMs come and go in a run. Time is counted in mean lifetimes.
@@ -109,7 +217,7 @@ impl Regime {
 /// The arrival list of `seed` under `regime` for a fleet of `fleet_gpus`:
 /// the same for every policy. Sizes come from the seed's size stream (the
 /// same order in every regime), times from a stream of their own.
-pub fn arrivals(seed: u64, regime: Regime, fleet_gpus: usize) -> Vec<Vm> {
+pub fn arrivals(seed: u64, regime: Regime, fleet_gpus: usize, mix: &Mix) -> Vec<Vm> {
     let mut sizes = Rng::new(seed ^ 0x5641_4D53); // "VAMS": a stream apart from the nodes'
     let mut clock = Rng::new(seed ^ 0x5449_4D45); // "TIME"
     let mut out = Vec::new();
@@ -118,7 +226,7 @@ pub fn arrivals(seed: u64, regime: Regime, fleet_gpus: usize) -> Vec<Vm> {
             let want = demand * fleet_gpus as f64;
             let mut asked = 0.0;
             while asked < want {
-                let (gpus, nic) = size(&mut sizes);
+                let (gpus, nic) = mix.draw(&mut sizes);
                 asked += f64::from(gpus);
                 out.push(Vm {
                     index: out.len(),
@@ -134,11 +242,11 @@ pub fn arrivals(seed: u64, regime: Regime, fleet_gpus: usize) -> Vec<Vm> {
             warmup,
             window,
         } => {
-            let rate = load * fleet_gpus as f64 / mean_gpus();
+            let rate = load * fleet_gpus as f64 / mix.mean_gpus();
             let end = warmup + window;
             let mut t = clock.exp(1.0 / rate);
             while t < end {
-                let (gpus, nic) = size(&mut sizes);
+                let (gpus, nic) = mix.draw(&mut sizes);
                 out.push(Vm {
                     index: out.len(),
                     gpus,
@@ -153,26 +261,13 @@ pub fn arrivals(seed: u64, regime: Regime, fleet_gpus: usize) -> Vec<Vm> {
     out
 }
 
-/// The next size of the mix.
-fn size(rng: &mut Rng) -> (u8, bool) {
-    let mut roll = rng.below(100) as u32;
-    for (gpus, pct, nic) in MIX {
-        if roll < pct {
-            return (gpus, nic);
-        }
-        roll -= pct;
-    }
-    let (gpus, _, nic) = MIX[MIX.len() - 1];
-    (gpus, nic)
-}
-
 /// The first `n` VMs of the stream of `seed`, all at time 0: the fill
 /// regime's order without its stop.
-pub fn stream(seed: u64, n: usize) -> Vec<Vm> {
+pub fn stream(seed: u64, n: usize, mix: &Mix) -> Vec<Vm> {
     let mut rng = Rng::new(seed ^ 0x5641_4D53);
     (0..n)
         .map(|index| {
-            let (gpus, nic) = size(&mut rng);
+            let (gpus, nic) = mix.draw(&mut rng);
             Vm {
                 index,
                 gpus,
@@ -184,10 +279,27 @@ pub fn stream(seed: u64, n: usize) -> Vec<Vm> {
         .collect()
 }
 
-/// Which of `shapes` shapes each of `n` nodes takes, uniformly at random.
-pub fn draw_nodes(seed: u64, shapes: usize, n: usize) -> Vec<usize> {
+/// Which shape each of `n` nodes takes, at random in proportion to
+/// `weights` (one per shape; all 1 draws uniformly).
+pub fn draw_nodes(seed: u64, weights: &[u32], n: usize) -> Vec<usize> {
     let mut rng = Rng::new(seed ^ 0x4E4F_4445); // "NODE"
-    (0..n).map(|_| rng.below(shapes)).collect()
+    let total: u32 = weights.iter().sum();
+    (0..n)
+        .map(|_| {
+            let mut roll = rng.below(total.max(1) as usize) as u32;
+            weights
+                .iter()
+                .position(|&w| {
+                    if roll < w {
+                        true
+                    } else {
+                        roll -= w;
+                        false
+                    }
+                })
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -203,8 +315,33 @@ mod tests {
     }
 
     #[test]
+    fn a_mix_reads_back_as_written_and_bad_ones_say_why() {
+        let m = Mix::parse("2=60,4+nic=30,8=10").unwrap();
+        assert_eq!(m, Mix::standard());
+        assert_eq!(m.to_string(), "2=60,4+nic=30,8=10");
+        assert!((m.mean_gpus() - 3.2).abs() < 1e-12);
+        assert!(Mix::parse("2=60,4+nic=30").unwrap_err().contains("90 %"));
+        assert!(Mix::parse("2=70,4=30").unwrap_err().contains("write 4+nic"));
+        assert!(Mix::parse("2+nic=100").unwrap_err().contains("only they"));
+        assert!(Mix::parse("3=100").unwrap_err().contains("2, 4 or 8"));
+        assert!(Mix::parse("2=50,2=50").unwrap_err().contains("twice"));
+        assert!(Mix::parse("2").unwrap_err().contains("SIZE=PERCENT"));
+    }
+
+    #[test]
+    fn nodes_are_drawn_in_proportion_to_their_weights() {
+        let draw = draw_nodes(9, &[3, 1, 0], 40_000);
+        let share = |i| draw.iter().filter(|&&d| d == i).count() as f64 / 40_000.0;
+        assert!(
+            (share(0) - 0.75).abs() < 0.01 && share(2) == 0.0,
+            "{}",
+            share(0)
+        );
+    }
+
+    #[test]
     fn fill_stops_once_the_demand_passes_110_percent_of_the_fleet() {
-        let list = arrivals(3, Regime::Fill { demand: 1.1 }, 1000);
+        let list = arrivals(3, Regime::Fill { demand: 1.1 }, 1000, &Mix::standard());
         let asked: u32 = list.iter().map(|v| u32::from(v.gpus)).sum();
         let before_last = asked - u32::from(list.last().unwrap().gpus);
         assert!(
@@ -215,7 +352,7 @@ mod tests {
             .iter()
             .all(|v| v.arrive == 0.0 && v.leave.is_infinite()));
         // The fill list is the size stream's head.
-        assert_eq!(list, stream(3, list.len()));
+        assert_eq!(list, stream(3, list.len(), &Mix::standard()));
     }
 
     #[test]
@@ -229,7 +366,7 @@ mod tests {
             warmup: 0.0,
             window: 200.0,
         };
-        let list = arrivals(5, regime, 1000);
+        let list = arrivals(5, regime, 1000, &Mix::standard());
         let asked: f64 = list.iter().map(|v| f64::from(v.gpus)).sum::<f64>() / 200.0;
         assert!((asked / 1000.0 - 1.0).abs() < 0.03, "offered {asked}");
         let life = list.iter().map(|v| v.leave - v.arrive).sum::<f64>() / list.len() as f64;
@@ -240,8 +377,13 @@ mod tests {
 
     #[test]
     fn the_stream_follows_the_mix_within_two_points_over_ten_thousand_vms() {
-        let vms = stream(7, 10_000);
-        for (gpus, pct, nic) in MIX {
+        let vms = stream(7, 10_000, &Mix::standard());
+        for MixEntry {
+            gpus,
+            percent: pct,
+            nic,
+        } in Mix::standard().0
+        {
             let n = vms.iter().filter(|v| v.gpus == gpus).count();
             let share = n as f64 / 100.0;
             assert!(

@@ -57,6 +57,20 @@ pub struct FleetConfig {
     pub kubeconfig: PathBuf,
     /// Churn: the instants the optimum's bound checks the fleet at.
     pub bound_instants: usize,
+    /// The mix of VM sizes.
+    pub mix: arrivals::Mix,
+    /// Shapes' weights in the draw of nodes (a shape not named weighs 1).
+    pub shape_weights: Vec<(String, u32)>,
+}
+
+impl FleetConfig {
+    /// The weight of shape `name` in the draw.
+    pub fn weight(&self, name: &str) -> u32 {
+        self.shape_weights
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(1, |(_, w)| *w)
+    }
 }
 
 /// A run's results: the trees used and skipped, and the counts.
@@ -87,7 +101,8 @@ impl FleetReport {
                 Regime::Churn { load, warmup, window } => json!({"name": r.name(), "load": load, "warmup": warmup, "window": window}),
             }).collect::<Vec<_>>(),
             "seeds": (1..=cfg.seeds).collect::<Vec<_>>(),
-            "mix": arrivals::MIX.iter().map(|(g, p, n)| json!({"vm_gpus": g, "percent": p, "nic": n})).collect::<Vec<_>>(),
+            "mix": cfg.mix.0.iter().map(|e| json!({"vm_gpus": e.gpus, "percent": e.percent, "nic": e.nic})).collect::<Vec<_>>(),
+            "shape_weights": self.used.iter().map(|(n, _)| json!({"name": n, "weight": cfg.weight(n)})).collect::<Vec<_>>(),
             "trees": {
                 "used": self.used.iter().map(|(n, c)| json!({"name": n, "nodes": c})).collect::<Vec<_>>(),
                 "skipped": self.skipped.iter().map(|(n, r)| json!({"name": n, "reason": r})).collect::<Vec<_>>(),
@@ -127,6 +142,18 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
     if shapes.is_empty() {
         return Err(format!("no usable tree in {}", cfg.trees.display()));
     }
+    for (name, _) in &cfg.shape_weights {
+        if !shapes.iter().any(|s| &s.name == name) {
+            return Err(format!(
+                "--shape-weights: {name} is not a usable tree of {}",
+                cfg.trees.display()
+            ));
+        }
+    }
+    let weights: Vec<u32> = shapes.iter().map(|s| cfg.weight(&s.name)).collect();
+    if weights.iter().all(|w| *w == 0) {
+        return Err("--shape-weights: every usable shape weighs 0".into());
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -141,7 +168,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         .filter(|p| p.scheduled())
         .collect();
     for seed in 1..=cfg.seeds {
-        let draw = arrivals::draw_nodes(seed, shapes.len(), cfg.nodes);
+        let draw = arrivals::draw_nodes(seed, &weights, cfg.nodes);
         for &d in &draw {
             used[d] += 1;
         }
@@ -152,7 +179,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         let lists: Vec<(Regime, Vec<Vm>)> = cfg
             .regimes
             .iter()
-            .map(|r| (*r, arrivals::arrivals(seed, *r, total)))
+            .map(|r| (*r, arrivals::arrivals(seed, *r, total, &cfg.mix)))
             .collect();
         for (regime, list) in &lists {
             eprintln!(

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use p2p_fleet::arrivals::Regime;
+use p2p_fleet::arrivals::{Mix, Regime};
 use p2p_fleet::tally::{OptimumRecord, RunCount};
 use p2p_fleet::{self as fleet, figures, policy::Policy, FleetConfig};
 use p2p_tests::kube::ControlPlane;
@@ -38,6 +38,15 @@ struct Args {
     /// Churn: time counted, in mean lifetimes.
     #[arg(long, default_value_t = 2.0)]
     window: f64,
+    /// The mix of VM sizes: SIZE=PERCENT for 2, 4 and 8 GPUs, shares adding
+    /// to 100, the 4-GPU size written 4+nic (its claims ask for an RDMA NIC);
+    /// the default's reason is in docs/fleet.md.
+    #[arg(long, default_value = "2=60,4+nic=30,8=10")]
+    mix: String,
+    /// Shapes' weights in the draw of nodes, NAME=WEIGHT,.. (a shape not
+    /// named weighs 1, so the default draws every usable shape alike).
+    #[arg(long, value_delimiter = ',')]
+    shape_weights: Vec<String>,
     /// Churn: the instants the optimum's upper bound checks the fleet's
     /// capacity at (more: tighter and slower).
     #[arg(long, default_value_t = 12)]
@@ -159,6 +168,20 @@ fn main() -> anyhow::Result<()> {
         p2p_host,
         kubeconfig: cp.as_ref().map(|c| c.kubeconfig()).unwrap_or_default(),
         bound_instants: a.bound_instants.max(1),
+        mix: Mix::parse(&a.mix).map_err(|e| anyhow::anyhow!("--mix {}: {e}", a.mix))?,
+        shape_weights: a
+            .shape_weights
+            .iter()
+            .map(|w| {
+                let (n, v) = w
+                    .split_once('=')
+                    .with_context(|| format!("--shape-weights: {w} is not NAME=WEIGHT"))?;
+                let v: u32 = v.parse().with_context(|| {
+                    format!("--shape-weights: {w}: the weight is a whole number")
+                })?;
+                Ok((n.to_string(), v))
+            })
+            .collect::<anyhow::Result<_>>()?,
     };
     let report = fleet::run(&cfg).map_err(anyhow::Error::msg)?;
     println!(
@@ -167,9 +190,15 @@ fn main() -> anyhow::Result<()> {
         report.used.len(),
         report.skipped.len(),
         a.seeds,
-        fleet::arrivals::MIX
+        cfg.mix
+            .0
             .iter()
-            .map(|(g, p, n)| format!("{p}% {g}-GPU{}", if *n { "+NIC" } else { "" }))
+            .map(|e| format!(
+                "{}% {}-GPU{}",
+                e.percent,
+                e.gpus,
+                if e.nic { "+NIC" } else { "" }
+            ))
             .collect::<Vec<_>>()
             .join(", ")
     );
