@@ -12,6 +12,7 @@ pub mod arrivals;
 pub mod churn_bound;
 pub mod cluster;
 pub mod figures;
+pub mod grading;
 pub mod optimum;
 pub mod placement;
 pub mod policy;

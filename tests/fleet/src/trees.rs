@@ -1,7 +1,8 @@
 //! The fleet's node shapes: each subdirectory of `--trees DIR` that holds a
 //! sysfs tree becomes one shape, with the devices `p2p-host dra slices`
 //! publishes for it and the class of every pair among them, read from the
-//! same tree by vp2p's own classifier. A directory it cannot use is kept
+//! same tree by the benchmark's own grader (super::grading), not by vp2p's
+//! classifier. A directory it cannot use is kept
 //! with the reason, so the run can say why it left it out.
 //!
 //! What a directory may hold, beside its tree (`sysfs/`, `sysfs.tgz`, or
@@ -18,11 +19,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use p2p_host::nvlink::NvLinkOptions;
-use p2p_host::sysfs::{SysfsReader, SysfsRoot};
 use p2p_topology::bdf::Bdf;
-use p2p_topology::classify::{classify, PathClass};
-use p2p_topology::select::GpuSelector;
+use p2p_topology::classify::PathClass;
 use serde_json::Value;
 
 /// A pair's class as the figures count it: `nvidia-smi topo -m`'s, NVLink
@@ -251,26 +249,15 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
             gpus.len()
         ));
     }
-    let selector = match listed {
-        Some(bdfs) => GpuSelector::List { bdfs },
-        None => GpuSelector::Nvidia,
-    };
-    let reader = SysfsReader::with_nvlinks(
-        selector,
-        NvLinkOptions {
-            map: nvlink.is_file().then_some(nvlink),
-            use_nvml: false,
-        },
-    );
-    let sys = SysfsRoot::new(&root).map_err(|e| e.to_string())?;
-    let topo = reader.read_root(&sys).map_err(|e| e.to_string())?;
+    // Graded by the benchmark's own reader of the tree (super::grading),
+    // not by vp2p's classifier.
+    let grader = super::grading::Grader::new(&root, nvlink.is_file().then_some(nvlink.as_path()))?;
     let all: Vec<(&String, &Bdf)> = gpus.iter().chain(nics.iter()).collect();
     let mut matrix = vec![vec![Class::Pix; all.len()]; all.len()];
     for (i, (_, ba)) in all.iter().enumerate() {
         for (j, (_, bb)) in all.iter().enumerate() {
             if i != j {
-                let c = classify(&topo, **ba, **bb).map_err(|e| e.to_string())?;
-                matrix[i][j] = Class::of(c.class);
+                matrix[i][j] = grader.class(&ba.to_string(), &bb.to_string())?;
             }
         }
     }

@@ -149,6 +149,127 @@ fn the_eight_gpu_shapes_pair_as_boot_sh_lays_them_out() {
     assert_eq!(n.worst(&all), Class::Nv);
 }
 
+/// The benchmark grades pairs with a reader of its own (p2p_fleet::grading);
+/// on every usable fixture tree it agrees with vp2p's classifier on every
+/// pair of published devices, so neither can drift from nvidia-smi's legend
+/// unseen.
+#[test]
+fn the_benchmarks_grader_agrees_with_vp2ps_classifier_on_every_published_pair() {
+    use p2p_host::nvlink::NvLinkOptions;
+    use p2p_host::sysfs::{SysfsReader, SysfsRoot};
+    use p2p_topology::classify::classify;
+    use p2p_topology::select::GpuSelector;
+
+    let work = tempfile::tempdir().unwrap();
+    let found = discover(
+        &repo_root().join("tests/fixtures"),
+        work.path(),
+        &binary("p2p-host"),
+    )
+    .unwrap();
+    let mut pairs = 0;
+    for t in found {
+        let Tree::Usable(s) = t else { continue };
+        let arg = |flag: &str| {
+            s.slice_args
+                .iter()
+                .position(|a| a == flag)
+                .map(|i| s.slice_args[i + 1].clone())
+        };
+        let selector = match arg("--gpus") {
+            Some(list) => GpuSelector::List {
+                bdfs: list.split(',').map(|b| b.parse().unwrap()).collect(),
+            },
+            None => GpuSelector::Nvidia,
+        };
+        let reader = SysfsReader::with_nvlinks(
+            selector,
+            NvLinkOptions {
+                map: arg("--nvlink").map(Into::into),
+                use_nvml: false,
+            },
+        );
+        let topo = reader.read_root(&SysfsRoot::new(&s.root).unwrap()).unwrap();
+        let all: Vec<(&String, &p2p_topology::bdf::Bdf)> =
+            s.gpus.iter().chain(s.nics.iter()).collect();
+        for (na, ba) in &all {
+            for (nb, bb) in &all {
+                if na == nb {
+                    continue;
+                }
+                let theirs = Class::of(classify(&topo, **ba, **bb).unwrap().class);
+                assert_eq!(s.class(na, nb), theirs, "{}: {ba} {bb}", s.name);
+                pairs += 1;
+            }
+        }
+    }
+    assert!(pairs > 500, "{pairs} pairs compared");
+}
+
+/// On the captured GPU machines the grader gives what `nvidia-smi topo -m`
+/// printed there (topo-m.txt; GPU i is the i-th by PCI address, nvidia-smi's
+/// default order), from the capture's tree and its NVLink map. These VMs
+/// show NV18 on every pair: the check covers NVLink, not the PCIe classes.
+#[test]
+fn the_grader_gives_nvidia_smis_matrix_on_the_captured_gpu_machines() {
+    use p2p_fleet::grading::Grader;
+
+    for name in ["h200x4-passthrough-guest", "h200x2-passthrough-guest"] {
+        let dir = repo_root().join("tests/fixtures").join(name);
+        let tree = p2p_tests::unpack_fixture(name);
+        let root = tree.path().join("sysfs");
+        let map: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("nvlink.json")).unwrap())
+                .unwrap();
+        let mut gpus: Vec<String> = map["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|l| {
+                [
+                    l["a"].as_str().unwrap().to_string(),
+                    l["b"].as_str().unwrap().to_string(),
+                ]
+            })
+            .collect();
+        gpus.sort();
+        gpus.dedup();
+        let grader = Grader::new(&root, Some(&dir.join("nvlink.json"))).unwrap();
+        let topo = std::fs::read_to_string(dir.join("topo-m.txt")).unwrap();
+        let mut cells = 0;
+        for (i, row) in topo.lines().filter(|l| l.starts_with("GPU")).enumerate() {
+            let printed: Vec<&str> = row.split('\t').skip(1).take(gpus.len()).collect();
+            for (j, cell) in printed.iter().enumerate() {
+                let cell = cell.trim();
+                if i == j {
+                    assert_eq!(cell, "X");
+                    continue;
+                }
+                let want = match cell {
+                    c if c.starts_with("NV") => Class::Nv,
+                    "PIX" => Class::Pix,
+                    "PXB" => Class::Pxb,
+                    "PHB" => Class::Phb,
+                    "NODE" => Class::Node,
+                    "SYS" => Class::Sys,
+                    other => panic!("{name}: cell {other:?}"),
+                };
+                assert_eq!(
+                    grader.class(&gpus[i], &gpus[j]).unwrap(),
+                    want,
+                    "{name}: GPU{i} GPU{j}"
+                );
+                cells += 1;
+            }
+        }
+        assert_eq!(
+            cells,
+            gpus.len() * (gpus.len() - 1),
+            "{name}: every pair of the matrix"
+        );
+    }
+}
+
 #[test]
 fn the_greedy_heuristic_places_each_size_first_on_the_best_class_free() {
     let (usable, _) = shapes();
