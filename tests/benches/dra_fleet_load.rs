@@ -208,20 +208,8 @@ fn nodes_and_tokens(cp: &ControlPlane, n: usize, dir: &Path) -> Vec<PathBuf> {
                     break;
                 }
                 let pod = format!("vp2p-dra-driver-{}", node_name(i));
-                let token = cp.kubectl(&[
-                    "create",
-                    "token",
-                    "vp2p-dra-driver",
-                    "-n",
-                    "kube-system",
-                    "--duration",
-                    "3h",
-                    "--bound-object-kind",
-                    "Pod",
-                    "--bound-object-name",
-                    &pod,
-                ]);
-                cp.token_kubeconfig(token.trim(), &configs[i]);
+                let token = cp.pod_token("kube-system", "vp2p-dra-driver", &pod);
+                cp.token_kubeconfig(&token, &configs[i]);
                 if (i + 1) % 100 == 0 {
                     eprintln!("dra_fleet_load: {} tokens", i + 1);
                 }

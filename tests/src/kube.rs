@@ -294,6 +294,27 @@ impl ControlPlane {
         self.kubectl(&args).trim().to_string()
     }
 
+    /// A token the API server issues for ServiceAccount `namespace/name`,
+    /// bound to Pod `pod` of that namespace, as the kubelet gives a pod's
+    /// projected token (it carries the pod's node to admission).
+    pub fn pod_token(&self, namespace: &str, name: &str, pod: &str) -> String {
+        self.kubectl(&[
+            "create",
+            "token",
+            name,
+            "-n",
+            namespace,
+            "--duration",
+            "3h",
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            pod,
+        ])
+        .trim()
+        .to_string()
+    }
+
     /// Writes a kubeconfig for this API server that authenticates with `token`.
     pub fn token_kubeconfig(&self, token: &str, path: &Path) {
         let admin: serde_yaml::Value = serde_yaml::from_str(

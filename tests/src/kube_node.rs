@@ -138,22 +138,7 @@ impl SimNode {
                      "containers": [{"name": "driver", "image": "localhost/vp2p/p2p-host:0.1.0"}]}});
         cp.create(&object.to_string())
             .unwrap_or_else(|e| panic!("creating pod {pod}: {e}"));
-        let token = cp
-            .kubectl(&[
-                "create",
-                "token",
-                "vp2p-dra-driver",
-                "-n",
-                "kube-system",
-                "--duration",
-                "2h",
-                "--bound-object-kind",
-                "Pod",
-                "--bound-object-name",
-                &pod,
-            ])
-            .trim()
-            .to_string();
+        let token = cp.pod_token("kube-system", "vp2p-dra-driver", &pod);
         let node = Self::with_token(cp, name, fixture, &[], &token, extra);
         node.wait_published(cp);
         node

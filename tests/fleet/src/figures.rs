@@ -195,6 +195,14 @@ pub struct Verdict {
     pub detail: String,
 }
 
+/// "seed 1: 3 vs 4, seed 2: ..." of (seed, vp2p's count, the other's).
+fn seed_by_seed(per: &[(u64, u32, u32)]) -> String {
+    per.iter()
+        .map(|(s, v, o)| format!("seed {s}: {v} vs {o}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn run_of<'a>(runs: &'a [RunCount], policy: &str, regime: &str, seed: u64) -> Option<&'a RunCount> {
     runs.iter()
         .find(|r| r.policy == policy && r.regime == regime && r.seed == seed)
@@ -238,11 +246,7 @@ pub fn goals(runs: &[RunCount]) -> Vec<Verdict> {
                     goal: format!("{size}-GPU VMs refused: vp2p at most counting's + 1"),
                     regime: regime.clone(),
                     met: per.iter().all(|(_, v, c)| *v <= c + 1),
-                    detail: per
-                        .iter()
-                        .map(|(s, v, c)| format!("seed {s}: {v} vs {c}"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    detail: seed_by_seed(&per),
                 });
             }
         }
@@ -262,11 +266,7 @@ pub fn goals(runs: &[RunCount]) -> Vec<Verdict> {
                 goal: format!("{size}-GPU VMs {what}: vp2p at least NVIDIA's"),
                 regime: regime.clone(),
                 met: per.iter().all(|(_, v, n)| v >= n),
-                detail: per
-                    .iter()
-                    .map(|(s, v, n)| format!("seed {s}: {v} vs {n}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                detail: seed_by_seed(&per),
             });
         }
         let vo = pairs("vp2p", "optimum-well");

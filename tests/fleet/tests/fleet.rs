@@ -11,8 +11,9 @@ use p2p_fleet::trees::{discover, Class, Shape, Tree};
 use p2p_tests::{binary, repo_root};
 use serde_json::Value;
 
-/// The fleet's shapes of tests/fixtures, by name.
-fn shapes() -> (Vec<Shape>, Vec<(String, String)>) {
+/// Every directory of tests/fixtures as the fleet finds it, and the
+/// directory its staged copies are in (they go with it).
+fn discovered() -> (tempfile::TempDir, Vec<Tree>) {
     let work = tempfile::tempdir().unwrap();
     let found = discover(
         &repo_root().join("tests/fixtures"),
@@ -20,6 +21,12 @@ fn shapes() -> (Vec<Shape>, Vec<(String, String)>) {
         &binary("p2p-host"),
     )
     .unwrap();
+    (work, found)
+}
+
+/// The fleet's shapes of tests/fixtures, by name.
+fn shapes() -> (Vec<Shape>, Vec<(String, String)>) {
+    let (_work, found) = discovered();
     // The staged copies go with `work`: the tests use only the classes,
     // computed during discovery.
     let (mut usable, mut skipped) = (Vec::new(), Vec::new());
@@ -160,13 +167,7 @@ fn the_benchmarks_grader_agrees_with_vp2ps_classifier_on_every_published_pair() 
     use p2p_topology::classify::classify;
     use p2p_topology::select::GpuSelector;
 
-    let work = tempfile::tempdir().unwrap();
-    let found = discover(
-        &repo_root().join("tests/fixtures"),
-        work.path(),
-        &binary("p2p-host"),
-    )
-    .unwrap();
+    let (_work, found) = discovered();
     let mut pairs = 0;
     for t in found {
         let Tree::Usable(s) = t else { continue };
