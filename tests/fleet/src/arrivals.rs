@@ -261,24 +261,6 @@ pub fn arrivals(seed: u64, regime: Regime, fleet_gpus: usize, mix: &Mix) -> Vec<
     out
 }
 
-/// The first `n` VMs of the stream of `seed`, all at time 0: the fill
-/// regime's order without its stop.
-pub fn stream(seed: u64, n: usize, mix: &Mix) -> Vec<Vm> {
-    let mut rng = Rng::new(seed ^ 0x5641_4D53);
-    (0..n)
-        .map(|index| {
-            let (gpus, nic) = mix.draw(&mut rng);
-            Vm {
-                index,
-                gpus,
-                nic,
-                arrive: 0.0,
-                leave: f64::INFINITY,
-            }
-        })
-        .collect()
-}
-
 /// Which shape each of `n` nodes takes, at random in proportion to
 /// `weights` (one per shape; all 1 draws uniformly).
 pub fn draw_nodes(seed: u64, weights: &[u32], n: usize) -> Vec<usize> {
@@ -305,6 +287,24 @@ pub fn draw_nodes(seed: u64, weights: &[u32], n: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first `n` VMs of the stream of `seed`, all at time 0: the fill
+    /// regime's order without its stop.
+    fn stream(seed: u64, n: usize, mix: &Mix) -> Vec<Vm> {
+        let mut rng = Rng::new(seed ^ 0x5641_4D53);
+        (0..n)
+            .map(|index| {
+                let (gpus, nic) = mix.draw(&mut rng);
+                Vm {
+                    index,
+                    gpus,
+                    nic,
+                    arrive: 0.0,
+                    leave: f64::INFINITY,
+                }
+            })
+            .collect()
+    }
 
     #[test]
     fn splitmix64_gives_the_published_first_outputs_for_seed_zero() {

@@ -59,6 +59,27 @@ fn regimes(runs: &[RunCount]) -> Vec<String> {
     out
 }
 
+/// The runs of each regime (in order of appearance) and policy (in
+/// `policies` order) that has any.
+fn groups<'a, 'p>(
+    runs: &'a [RunCount],
+    policies: &[&'p str],
+) -> Vec<(String, &'p str, Vec<&'a RunCount>)> {
+    let mut out = Vec::new();
+    for regime in regimes(runs) {
+        for &policy in policies {
+            let rs: Vec<&RunCount> = runs
+                .iter()
+                .filter(|r| r.regime == regime && r.policy == policy)
+                .collect();
+            if !rs.is_empty() {
+                out.push((regime.clone(), policy, rs));
+            }
+        }
+    }
+    out
+}
+
 /// The table: per regime, policy and VM size the VMs arrived, placed, well
 /// placed (its share of the arrived beside it), refused, and placed by
 /// worst class; the NIC near its GPUs (PHB or nearer) for sizes that ask
@@ -71,71 +92,61 @@ pub fn table(runs: &[RunCount], policies: &[&str]) -> String {
         "REGIME", "POLICY", "GPUS", "ARRIVED", "PLACED", "WELL (of arrived)", "REFUSED",
         "NV", "PIX", "PXB", "PHB", "NODE", "SYS", "NIC<=PHB", "P50ms", "P99ms"
     );
-    for regime in regimes(runs) {
-        for &policy in policies {
-            let rs: Vec<&RunCount> = runs
-                .iter()
-                .filter(|r| r.regime == regime && r.policy == policy)
-                .collect();
-            if rs.is_empty() {
-                continue;
-            }
-            for i in 0..rs[0].sizes.len() {
-                let of = |f: &dyn Fn(&RunCount) -> f64| -> Vec<f64> {
-                    rs.iter().map(|r| f(r)).collect()
-                };
-                let arrived = of(&|r| f64::from(r.sizes[i].arrived));
-                let placed = of(&|r| f64::from(r.sizes[i].placed));
-                let well = of(&|r| f64::from(r.sizes[i].well_placed));
-                let share = mean_sd(&well)
-                    .zip(mean_sd(&arrived))
-                    .filter(|(_, a)| a.0 > 0.0)
-                    .map(|(w, a)| format!(" ({:.0}%)", 100.0 * w.0 / a.0))
-                    .unwrap_or_default();
-                let mut line = format!(
-                    "{:<10} {:<13} {:>4} {:>8} {:>10} {:>17} {:>9} ",
-                    regime,
-                    policy,
-                    rs[0].sizes[i].vm_gpus,
-                    cell(&arrived),
-                    cell(&placed),
-                    format!("{}{share}", cell(&well)),
-                    cell(&of(&|r| f64::from(r.sizes[i].refused))),
-                );
-                for c in Class::ALL {
-                    let xs: Vec<f64> = rs
-                        .iter()
-                        .filter_map(|r| r.sizes[i].by_class.as_ref())
-                        .map(|m| f64::from(m.get(c.name()).copied().unwrap_or(0)))
-                        .collect();
-                    let _ = write!(line, " {:>7}", cell(&xs));
-                }
-                let nic: Vec<f64> = rs
+    for (regime, policy, rs) in groups(runs, policies) {
+        for i in 0..rs[0].sizes.len() {
+            let of =
+                |f: &dyn Fn(&RunCount) -> f64| -> Vec<f64> { rs.iter().map(|r| f(r)).collect() };
+            let arrived = of(&|r| f64::from(r.sizes[i].arrived));
+            let placed = of(&|r| f64::from(r.sizes[i].placed));
+            let well = of(&|r| f64::from(r.sizes[i].well_placed));
+            let share = mean_sd(&well)
+                .zip(mean_sd(&arrived))
+                .filter(|(_, a)| a.0 > 0.0)
+                .map(|(w, a)| format!(" ({:.0}%)", 100.0 * w.0 / a.0))
+                .unwrap_or_default();
+            let mut line = format!(
+                "{:<10} {:<13} {:>4} {:>8} {:>10} {:>17} {:>9} ",
+                regime,
+                policy,
+                rs[0].sizes[i].vm_gpus,
+                cell(&arrived),
+                cell(&placed),
+                format!("{}{share}", cell(&well)),
+                cell(&of(&|r| f64::from(r.sizes[i].refused))),
+            );
+            for c in Class::ALL {
+                let xs: Vec<f64> = rs
                     .iter()
-                    .filter_map(|r| r.sizes[i].nic_classes.as_ref())
-                    .map(|m| {
-                        [Class::Nv, Class::Pix, Class::Pxb, Class::Phb]
-                            .iter()
-                            .map(|c| f64::from(m.get(c.name()).copied().unwrap_or(0)))
-                            .sum()
-                    })
+                    .filter_map(|r| r.sizes[i].by_class.as_ref())
+                    .map(|m| f64::from(m.get(c.name()).copied().unwrap_or(0)))
                     .collect();
-                let _ = write!(line, "  {:>8}", cell(&nic));
-                for p in [
-                    of(&|r| r.sizes[i].schedule_ms_p50.unwrap_or(f64::NAN)),
-                    of(&|r| r.sizes[i].schedule_ms_p99.unwrap_or(f64::NAN)),
-                ] {
-                    let p: Vec<f64> = p.into_iter().filter(|x| !x.is_nan()).collect();
-                    let _ = write!(
-                        line,
-                        " {:>6}",
-                        mean_sd(&p)
-                            .map(|m| format!("{:.0}", m.0))
-                            .unwrap_or_else(|| "-".into())
-                    );
-                }
-                let _ = writeln!(out, "{}", line.trim_end());
+                let _ = write!(line, " {:>7}", cell(&xs));
             }
+            let nic: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.sizes[i].nic_classes.as_ref())
+                .map(|m| {
+                    [Class::Nv, Class::Pix, Class::Pxb, Class::Phb]
+                        .iter()
+                        .map(|c| f64::from(m.get(c.name()).copied().unwrap_or(0)))
+                        .sum()
+                })
+                .collect();
+            let _ = write!(line, "  {:>8}", cell(&nic));
+            for p in [
+                of(&|r| r.sizes[i].schedule_ms_p50.unwrap_or(f64::NAN)),
+                of(&|r| r.sizes[i].schedule_ms_p99.unwrap_or(f64::NAN)),
+            ] {
+                let p: Vec<f64> = p.into_iter().filter(|x| !x.is_nan()).collect();
+                let _ = write!(
+                    line,
+                    " {:>6}",
+                    mean_sd(&p)
+                        .map(|m| format!("{:.0}", m.0))
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
         }
     }
     out
@@ -150,35 +161,27 @@ pub fn runs(runs: &[RunCount], policies: &[&str]) -> String {
         "{:<10} {:<13} {:>10} {:>14} {:>14} {:>8}",
         "REGIME", "POLICY", "STRANDED", "GPU-H SERVED", "GPU-H ASKED", "SERVED%"
     );
-    for regime in regimes(runs) {
-        for &policy in policies {
-            let rs: Vec<&RunCount> = runs
-                .iter()
-                .filter(|r| r.regime == regime && r.policy == policy)
-                .collect();
-            if rs.is_empty() {
-                continue;
-            }
-            let stranded: Vec<f64> = rs.iter().filter_map(|r| r.stranded_gpus).collect();
-            let served: Vec<f64> = rs.iter().filter_map(|r| r.gpu_hours_served).collect();
-            let asked: Vec<f64> = rs.iter().filter_map(|r| r.gpu_hours_asked).collect();
-            let pct = mean_sd(&served)
-                .zip(mean_sd(&asked))
-                .filter(|(_, a)| a.0 > 0.0)
-                .map(|(s, a)| format!("{:.1}", 100.0 * s.0 / a.0))
-                .unwrap_or_else(|| "-".into());
-            let _ = writeln!(
-                out,
-                "{:<10} {:<13} {:>10} {:>14} {:>14} {:>8}",
-                regime,
-                policy,
-                cell(&stranded),
-                cell(&served),
-                cell(&asked),
-                pct
-            );
-        }
+    for (regime, policy, rs) in groups(runs, policies) {
+        let stranded: Vec<f64> = rs.iter().filter_map(|r| r.stranded_gpus).collect();
+        let served: Vec<f64> = rs.iter().filter_map(|r| r.gpu_hours_served).collect();
+        let asked: Vec<f64> = rs.iter().filter_map(|r| r.gpu_hours_asked).collect();
+        let pct = mean_sd(&served)
+            .zip(mean_sd(&asked))
+            .filter(|(_, a)| a.0 > 0.0)
+            .map(|(s, a)| format!("{:.1}", 100.0 * s.0 / a.0))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "{:<10} {:<13} {:>10} {:>14} {:>14} {:>8}",
+            regime,
+            policy,
+            cell(&stranded),
+            cell(&served),
+            cell(&asked),
+            pct
+        );
     }
+
     out
 }
 
