@@ -334,6 +334,9 @@ pub fn bounds_text(runs: &[RunCount], optima: &[OptimumRecord]) -> String {
             "placed"
         };
         let best = match o.count {
+            Some(c) if o.exact == Some(false) => {
+                format!("best packing found {c}, LP bound {:.1}", o.bound)
+            }
             Some(c) => format!("optimum {c} (LP bound {:.1})", o.bound),
             None => format!(
                 "upper bound {:.1} (migration allowed, {} instants)",
@@ -354,11 +357,15 @@ pub fn bounds_text(runs: &[RunCount], optima: &[OptimumRecord]) -> String {
                     }
                 })
                 .sum();
-            let reference = o.count.map_or(o.bound, f64::from);
+            // A packing not proven the most is no reference; its bound is.
+            let (reference, of) = match o.count {
+                Some(c) if o.exact != Some(false) => (f64::from(c), "it"),
+                _ => (o.bound, "the bound"),
+            };
             let _ = write!(
                 line,
-                "; vp2p {got}, {:.1} % of it",
-                100.0 * f64::from(got) / reference.max(1.0)
+                "; vp2p {got}, {:.1} % of {of}",
+                100.0 * f64::from(got) / reference.max(1.0),
             );
         }
         let _ = writeln!(out, "{line}");

@@ -42,8 +42,11 @@ pub struct FleetConfig {
     pub nodes: usize,
     /// The regimes, each with an arrival list of its own per seed.
     pub regimes: Vec<Regime>,
-    /// Seeds 1..=seeds.
+    /// How many seeds, counted from `first_seed`.
     pub seeds: u64,
+    /// The first seed: seeds 1..=10 are the tuning set templates are chosen
+    /// on, and reported figures come from 11 on (the test set).
+    pub first_seed: u64,
     /// Policies to compare.
     pub policies: Vec<Policy>,
     /// Where the control plane, tree copies and logs go.
@@ -62,9 +65,17 @@ pub struct FleetConfig {
     pub mix: arrivals::Mix,
     /// Shapes' weights in the draw of nodes (a shape not named weighs 1).
     pub shape_weights: Vec<(String, u32)>,
+    /// Where the counts so far are written after each seed (the `--json`
+    /// file; `seeds_done` says how far it got).
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl FleetConfig {
+    /// The seeds run, in order.
+    pub fn seed_list(&self) -> Vec<u64> {
+        (self.first_seed..self.first_seed + self.seeds).collect()
+    }
+
     /// The weight of shape `name` in the draw.
     pub fn weight(&self, name: &str) -> u32 {
         self.shape_weights
@@ -101,7 +112,7 @@ impl FleetReport {
                 Regime::Fill { demand } => json!({"name": r.name(), "demand": demand}),
                 Regime::Churn { load, warmup, window } => json!({"name": r.name(), "load": load, "warmup": warmup, "window": window}),
             }).collect::<Vec<_>>(),
-            "seeds": (1..=cfg.seeds).collect::<Vec<_>>(),
+            "seeds": cfg.seed_list(),
             "mix": cfg.mix.0.iter().map(|e| json!({"vm_gpus": e.gpus, "percent": e.percent, "nic": e.nic})).collect::<Vec<_>>(),
             "shape_weights": self.used.iter().map(|(n, _)| json!({"name": n, "weight": cfg.weight(n)})).collect::<Vec<_>>(),
             "trees": {
@@ -168,7 +179,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         .copied()
         .filter(|p| p.scheduled())
         .collect();
-    for seed in 1..=cfg.seeds {
+    for seed in cfg.seed_list() {
         let draw = arrivals::draw_nodes(seed, &weights, cfg.nodes);
         for &d in &draw {
             used[d] += 1;
@@ -188,6 +199,80 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 regime.name(),
                 list.len()
             );
+        }
+        // The offline references first: a slow solve shows before the
+        // scheduling hours, not after them.
+        for (regime, list) in &lists {
+            if matches!(regime, Regime::Churn { .. }) {
+                if cfg.policies.contains(&Policy::Optimum) {
+                    for objective in [Objective::PlacedThenWell, Objective::Well] {
+                        let t = Instant::now();
+                        let b = churn_bound::bound(
+                            &nodes,
+                            list,
+                            regime,
+                            objective,
+                            cfg.bound_instants,
+                        )?;
+                        eprintln!(
+                            "fleet: seed {seed} {}: bound on {}: {:.1} ({} instants) in {:.1} s",
+                            regime.name(),
+                            objective.name(),
+                            b.bound,
+                            b.instants,
+                            t.elapsed().as_secs_f64()
+                        );
+                        optima.push(OptimumRecord {
+                            seed,
+                            regime: regime.name(),
+                            objective: objective.name().to_string(),
+                            count: None,
+                            bound: b.bound,
+                            instants: Some(b.instants),
+                            exact: None,
+                        });
+                    }
+                }
+                continue;
+            }
+            if cfg.policies.contains(&Policy::Greedy) {
+                let (outcomes, free) = greedy(&nodes, list);
+                runs.push(tally::count(
+                    Policy::Greedy.name(),
+                    regime,
+                    seed,
+                    total,
+                    &outcomes,
+                    tally::stranded(&free) as f64,
+                ));
+            }
+            if cfg.policies.contains(&Policy::Optimum) {
+                for (objective, name) in [
+                    (Objective::PlacedThenWell, "optimum"),
+                    (Objective::Well, "optimum-well"),
+                ] {
+                    let t = Instant::now();
+                    let o = optimum::solve(&nodes, list, objective)?;
+                    eprintln!(
+                        "fleet: seed {seed} {}: {name}: {} ({}, LP bound {:.1}) in {:.2} s",
+                        regime.name(),
+                        o.count(),
+                        if o.exact { "proven" } else { "best found" },
+                        o.lp_bound,
+                        t.elapsed().as_secs_f64()
+                    );
+                    optima.push(OptimumRecord {
+                        seed,
+                        regime: regime.name(),
+                        objective: objective.name().to_string(),
+                        count: Some(o.count()),
+                        bound: o.lp_bound,
+                        instants: None,
+                        exact: Some(o.exact),
+                    });
+                    runs.push(optimum_run(name, regime, seed, total, list, &o));
+                }
+            }
         }
         if !scheduled.is_empty() {
             rt.block_on(async {
@@ -249,88 +334,42 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 Ok::<(), String>(())
             })?;
         }
-        for (regime, list) in &lists {
-            if matches!(regime, Regime::Churn { .. }) {
-                if cfg.policies.contains(&Policy::Optimum) {
-                    for objective in [Objective::PlacedThenWell, Objective::Well] {
-                        let t = Instant::now();
-                        let b = churn_bound::bound(
-                            &nodes,
-                            list,
-                            regime,
-                            objective,
-                            cfg.bound_instants,
-                        )?;
-                        eprintln!(
-                            "fleet: seed {seed} {}: bound on {}: {:.1} ({} instants) in {:.1} s",
-                            regime.name(),
-                            objective.name(),
-                            b.bound,
-                            b.instants,
-                            t.elapsed().as_secs_f64()
-                        );
-                        optima.push(OptimumRecord {
-                            seed,
-                            regime: regime.name(),
-                            objective: objective.name().to_string(),
-                            count: None,
-                            bound: b.bound,
-                            instants: Some(b.instants),
-                        });
-                    }
-                }
-                continue;
-            }
-            if cfg.policies.contains(&Policy::Greedy) {
-                let (outcomes, free) = greedy(&nodes, list);
-                runs.push(tally::count(
-                    Policy::Greedy.name(),
-                    regime,
-                    seed,
-                    total,
-                    &outcomes,
-                    tally::stranded(&free) as f64,
-                ));
-            }
-            if cfg.policies.contains(&Policy::Optimum) {
-                for (objective, name) in [
-                    (Objective::PlacedThenWell, "optimum"),
-                    (Objective::Well, "optimum-well"),
-                ] {
-                    let t = Instant::now();
-                    let o = optimum::solve(&nodes, list, objective)?;
-                    eprintln!(
-                        "fleet: seed {seed} {}: {name}: {} (LP bound {:.1}) in {:.2} s",
-                        regime.name(),
-                        o.count(),
-                        o.lp_bound,
-                        t.elapsed().as_secs_f64()
-                    );
-                    optima.push(OptimumRecord {
-                        seed,
-                        regime: regime.name(),
-                        objective: objective.name().to_string(),
-                        count: Some(o.count()),
-                        bound: o.lp_bound,
-                        instants: None,
-                    });
-                    runs.push(optimum_run(name, regime, seed, total, list, &o));
-                }
-            }
+        if let Some(path) = &cfg.checkpoint {
+            let partial = FleetReport {
+                used: report_used(&shapes, &used),
+                skipped: skipped.clone(),
+                runs: runs.clone(),
+                optima: optima.clone(),
+                throughput: throughput.clone(),
+                gpus: gpus.clone(),
+            };
+            let mut doc = partial.to_json(cfg);
+            doc["seeds_done"] = json!(seed);
+            let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            eprintln!(
+                "fleet: seed {seed} done: counts so far in {}",
+                path.display()
+            );
         }
     }
     Ok(FleetReport {
-        used: shapes
-            .iter()
-            .zip(used)
-            .map(|(s, n)| (s.name.clone(), n))
-            .collect(),
+        used: report_used(&shapes, &used),
         skipped,
         runs,
         optima,
         throughput,
         gpus,
     })
+}
+
+/// (name, nodes drawn) of each usable shape.
+fn report_used(shapes: &[Shape], used: &[usize]) -> Vec<(String, usize)> {
+    shapes
+        .iter()
+        .zip(used)
+        .map(|(s, n)| (s.name.clone(), *n))
+        .collect()
 }
 
 /// Node `i`'s name in seed `seed`'s fleet.

@@ -134,37 +134,54 @@ impl Objective {
 pub struct Optimum {
     /// What was maximised.
     pub objective: Objective,
-    /// VMs placed per size (of [`SIZES`]) in the optimal packing.
+    /// VMs placed per size (of [`SIZES`]) in the best packing found.
     pub placed: [u32; 3],
     /// Of those, well placed.
     pub well: [u32; 3],
-    /// The LP relaxation's value of the objective's leading count (VMs
+    /// The LP relaxation's maximum of the objective's leading count (VMs
     /// placed, or well placed): no packing exceeds it.
     pub lp_bound: f64,
+    /// Whether the packing's leading count is proven the most any packing
+    /// reaches: it meets the bound's floor, or branch and bound finished.
+    pub exact: bool,
 }
 
 impl Optimum {
     /// The leading count the objective maximised.
     pub fn count(&self) -> u32 {
-        match self.objective {
-            Objective::PlacedThenWell => self.placed.iter().sum(),
-            Objective::Well => self.well.iter().sum(),
-        }
+        lead_of(self.objective, &self.placed, &self.well)
     }
 }
+
+fn lead_of(objective: Objective, placed: &[u32; 3], well: &[u32; 3]) -> u32 {
+    match objective {
+        Objective::PlacedThenWell => placed.iter().sum(),
+        Objective::Well => well.iter().sum(),
+    }
+}
+
+/// Fleets of at most this many nodes whose rounded packing is not proven
+/// optimal go to branch and bound; larger ones report the packing beside
+/// the bound (microlp's branch and bound ran past three minutes on a
+/// 200-node fleet).
+pub const BRANCH_AND_BOUND_NODES: usize = 40;
 
 /// The optimum of `objective` for nodes of `shapes` (one entry per node)
 /// and the arrivals `vms` (their sizes; order and times do not matter when
 /// nobody leaves).
+///
+/// The LP relaxation is solved first; its solution rounded down, with each
+/// node left over given the best signature that still fits, is a packing.
+/// When that packing's leading count meets the floor of the relaxation's
+/// bound it is optimal; otherwise a fleet of at most
+/// [`BRANCH_AND_BOUND_NODES`] is solved exactly, and a larger one reports
+/// the packing with `exact` false.
 pub fn solve(shapes: &[&Shape], vms: &[Vm], objective: Objective) -> Result<Optimum, String> {
     let mut by_shape: BTreeMap<&str, (usize, &Shape)> = BTreeMap::new();
     for s in shapes {
         by_shape.entry(s.name.as_str()).or_insert((0, s)).0 += 1;
     }
-    let arrived: Vec<u32> = SIZES
-        .iter()
-        .map(|g| vms.iter().filter(|v| v.gpus == *g).count() as u32)
-        .collect();
+    let arrived: [u32; 3] = SIZES.map(|g| vms.iter().filter(|v| v.gpus == g).count() as u32);
     let mut columns = Vec::new();
     for (name, (count, shape)) in &by_shape {
         for sig in signatures(shape)? {
@@ -173,41 +190,91 @@ pub fn solve(shapes: &[&Shape], vms: &[Vm], objective: Objective) -> Result<Opti
     }
     // The leading count weighs more than every well-placed VM together.
     let weight = 1.0 + vms.len() as f64;
+    let lead = |sig: &Signature| f64::from(lead_of(objective, &sig.placed, &sig.well));
     let value = |sig: &Signature| -> f64 {
-        let placed: u32 = sig.placed.iter().sum();
         let well: u32 = sig.well.iter().sum();
         match objective {
-            Objective::PlacedThenWell => weight * f64::from(placed) + f64::from(well),
+            Objective::PlacedThenWell => weight * lead(sig) + f64::from(well),
             Objective::Well => f64::from(well),
         }
     };
-    let integral = run(&columns, &by_shape, &arrived, &value, true)?;
-    let relaxed = run(&columns, &by_shape, &arrived, &value, false)?;
-    let (mut placed, mut well) = ([0u32; 3], [0u32; 3]);
-    for ((_, _, sig), y) in columns.iter().zip(&integral) {
-        let n = y.round() as u32;
-        for i in 0..3 {
-            placed[i] += n * sig.placed[i];
-            well[i] += n * sig.well[i];
-        }
-    }
-    let lead = |sig: &Signature| -> f64 {
-        match objective {
-            Objective::PlacedThenWell => f64::from(sig.placed.iter().sum::<u32>()),
-            Objective::Well => f64::from(sig.well.iter().sum::<u32>()),
-        }
-    };
-    let lp_bound = columns
+    let bound_lp = run(&columns, &by_shape, &arrived, &lead, false)?;
+    let lp_bound: f64 = columns
         .iter()
-        .zip(&relaxed)
+        .zip(&bound_lp)
         .map(|((_, _, sig), y)| y * lead(sig))
         .sum();
+    let relaxed = run(&columns, &by_shape, &arrived, &value, false)?;
+    let mut y = rounded(&columns, &by_shape, &arrived, &relaxed, &value);
+    let packing = |y: &[f64]| {
+        let (mut placed, mut well) = ([0u32; 3], [0u32; 3]);
+        for ((_, _, sig), n) in columns.iter().zip(y) {
+            let n = n.round() as u32;
+            for i in 0..3 {
+                placed[i] += n * sig.placed[i];
+                well[i] += n * sig.well[i];
+            }
+        }
+        (placed, well)
+    };
+    let (placed, well) = packing(&y);
+    let mut exact = f64::from(lead_of(objective, &placed, &well)) >= (lp_bound + 1e-6).floor();
+    if !exact && shapes.len() <= BRANCH_AND_BOUND_NODES {
+        y = run(&columns, &by_shape, &arrived, &value, true)?;
+        exact = true;
+    }
+    let (placed, well) = packing(&y);
     Ok(Optimum {
         objective,
         placed,
         well,
         lp_bound,
+        exact,
     })
+}
+
+/// A packing from a relaxed solution: each column rounded down, then each
+/// node left over given the signature of most value that fits the arrivals
+/// left (the empty one always does).
+fn rounded(
+    columns: &[(&str, usize, Signature)],
+    by_shape: &BTreeMap<&str, (usize, &Shape)>,
+    arrived: &[u32; 3],
+    relaxed: &[f64],
+    value: &dyn Fn(&Signature) -> f64,
+) -> Vec<f64> {
+    let mut y: Vec<f64> = relaxed
+        .iter()
+        .map(|v| (v + 1e-6).floor().max(0.0))
+        .collect();
+    let mut left = *arrived;
+    let mut nodes_left: BTreeMap<&str, usize> =
+        by_shape.iter().map(|(n, (c, _))| (*n, *c)).collect();
+    for ((name, _, sig), n) in columns.iter().zip(&y) {
+        let n = *n as u32;
+        for i in 0..3 {
+            left[i] = left[i].saturating_sub(n * sig.placed[i]);
+        }
+        if let Some(c) = nodes_left.get_mut(name) {
+            *c = c.saturating_sub(n as usize);
+        }
+    }
+    for (name, count) in nodes_left {
+        for _ in 0..count {
+            let best = columns
+                .iter()
+                .enumerate()
+                .filter(|(_, (n, _, sig))| *n == name && (0..3).all(|i| sig.placed[i] <= left[i]))
+                .max_by(|(_, a), (_, b)| value(&a.2).total_cmp(&value(&b.2)));
+            if let Some((j, (_, _, sig))) = best {
+                y[j] += 1.0;
+                for i in 0..3 {
+                    left[i] -= sig.placed[i];
+                }
+            }
+        }
+    }
+    y
 }
 
 /// Solves the pattern program (integral or its relaxation): each column's
@@ -215,7 +282,7 @@ pub fn solve(shapes: &[&Shape], vms: &[Vm], objective: Objective) -> Result<Opti
 fn run(
     columns: &[(&str, usize, Signature)],
     by_shape: &BTreeMap<&str, (usize, &Shape)>,
-    arrived: &[u32],
+    arrived: &[u32; 3],
     value: &dyn Fn(&Signature) -> f64,
     integral: bool,
 ) -> Result<Vec<f64>, String> {
@@ -333,6 +400,24 @@ pub(crate) mod tests {
         assert_eq!(o.placed.iter().sum::<u32>(), 3, "{o:?}");
         assert_eq!(o.well.iter().sum::<u32>(), 3, "{o:?}");
         assert!(o.lp_bound >= 3.0 - 1e-9, "{o:?}");
+    }
+
+    #[test]
+    fn a_fleet_too_large_for_branch_and_bound_gets_the_packing_derived_by_hand() {
+        // 50 nodes of two 4-GPU switches and one NIC: each holds one 4-GPU
+        // VM on one switch and a pair on each half of the other, so 100
+        // pairs and 50 4-GPU VMs all fit, all well placed; the 8-GPU VMs
+        // would each take a node that holds three VMs.
+        let s = switches(8, 4, 1);
+        let nodes = vec![&s; 50];
+        let mut sizes = vec![2u8; 100];
+        sizes.extend([4u8; 50]);
+        sizes.extend([8u8; 10]);
+        assert!(nodes.len() > BRANCH_AND_BOUND_NODES);
+        let o = solve(&nodes, &vms(&sizes), Objective::PlacedThenWell).unwrap();
+        assert_eq!((o.placed, o.well), ([100, 50, 0], [100, 50, 0]), "{o:?}");
+        assert!(o.exact, "{o:?}");
+        assert!((o.lp_bound - 150.0).abs() < 1e-6, "{o:?}");
     }
 
     #[test]

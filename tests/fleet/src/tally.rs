@@ -98,6 +98,11 @@ pub struct OptimumRecord {
     pub bound: f64,
     /// Churn: the instants the bound checked the fleet at.
     pub instants: Option<usize>,
+    /// Fill: whether `count` is proven the most (it meets the bound's
+    /// floor, or branch and bound finished); false when it is only the best
+    /// packing found (super::optimum::BRANCH_AND_BOUND_NODES).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact: Option<bool>,
 }
 
 /// Free GPUs on the nodes no VM size fits (the smallest VM takes two GPUs

@@ -411,6 +411,14 @@ fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals(
         }
         assert!(run(regime, "vp2p")["gpu_hours_served"].is_null() == (regime == "fill"));
     }
+    // Six nodes are few enough for branch and bound: both optima proven.
+    for o in doc["optima"].as_array().unwrap() {
+        if o["regime"] == "fill" {
+            assert_eq!(o["exact"], true, "{o}");
+        } else {
+            assert!(o["exact"].is_null(), "{o}");
+        }
+    }
     // No policy beats the optimum: placed at most the optimum's, well
     // placed at most the well-placed optimum's.
     let total = |r: &Value, key: &str| sizes(r, key).iter().sum::<u64>();
