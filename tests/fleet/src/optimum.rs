@@ -252,8 +252,8 @@ fn rounded(
         by_shape.iter().map(|(n, (c, _))| (*n, *c)).collect();
     for ((name, _, sig), n) in columns.iter().zip(&y) {
         let n = *n as u32;
-        for i in 0..3 {
-            left[i] = left[i].saturating_sub(n * sig.placed[i]);
+        for (l, p) in left.iter_mut().zip(sig.placed) {
+            *l = l.saturating_sub(n * p);
         }
         if let Some(c) = nodes_left.get_mut(name) {
             *c = c.saturating_sub(n as usize);
@@ -268,8 +268,8 @@ fn rounded(
                 .max_by(|(_, a), (_, b)| value(&a.2).total_cmp(&value(&b.2)));
             if let Some((j, (_, _, sig))) = best {
                 y[j] += 1.0;
-                for i in 0..3 {
-                    left[i] -= sig.placed[i];
+                for (l, p) in left.iter_mut().zip(sig.placed) {
+                    *l -= p;
                 }
             }
         }
