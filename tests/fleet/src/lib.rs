@@ -57,6 +57,9 @@ pub struct FleetConfig {
     pub p2p_host: PathBuf,
     /// The vp2p policy's claim templates ([`policy::TIERED`] unless `--templates`).
     pub vp2p_templates: PathBuf,
+    /// The nvidia policy's claim templates when not the generated ones
+    /// (`--nvidia-templates`).
+    pub nvidia_templates: Option<PathBuf>,
     /// The admin kubeconfig of a running control plane.
     pub kubeconfig: PathBuf,
     /// Churn: the instants the optimum's bound checks the fleet at.
@@ -113,6 +116,10 @@ impl FleetReport {
                 Regime::Churn { load, warmup, window } => json!({"name": r.name(), "load": load, "warmup": warmup, "window": window}),
             }).collect::<Vec<_>>(),
             "seeds": cfg.seed_list(),
+            "templates": {
+                "vp2p": cfg.vp2p_templates.strip_prefix(&cfg.repo).unwrap_or(&cfg.vp2p_templates),
+                "nvidia": cfg.nvidia_templates.as_ref().map_or("generated".into(), |p| p.display().to_string()),
+            },
             "mix": cfg.mix.0.iter().map(|e| json!({"vm_gpus": e.gpus, "percent": e.percent, "nic": e.nic})).collect::<Vec<_>>(),
             "shape_weights": self.used.iter().map(|(n, _)| json!({"name": n, "weight": cfg.weight(n)})).collect::<Vec<_>>(),
             "trees": {
@@ -283,7 +290,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 for (i, s) in nodes.iter().enumerate() {
                     let name = node_name(seed, i);
                     let (mut slices, _) = trees::slices(&cfg.p2p_host, &s.slice_args, &name)?;
-                    let cut = policy::nvidia_cut(&slices, &name);
+                    let cut = policy::nvidia_cut(&slices, &name, s);
                     slices.extend(cut);
                     node_objects.push((name, slices));
                 }
@@ -298,7 +305,12 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 for (regime, list) in &lists {
                     for &p in &scheduled {
                         let classes = policy::device_classes(&cfg.repo)?;
-                        let tmpl = policy::templates(p, &cfg.vp2p_templates, &ns)?;
+                        let tmpl = policy::templates(
+                            p,
+                            &cfg.vp2p_templates,
+                            cfg.nvidia_templates.as_deref(),
+                            &ns,
+                        )?;
                         cl.apply_classes_and_templates(&classes, &tmpl).await?;
                         let started = Instant::now();
                         let (outcomes, stranded) =

@@ -78,6 +78,11 @@ struct Args {
     /// eight-peer-gpus-tiered (default: the shipped host/kubernetes/dra/claim-templates-tiered.yaml).
     #[arg(long, value_name = "FILE")]
     templates: Option<PathBuf>,
+    /// The nvidia policy's claim templates, as --templates is vp2p's: a
+    /// file holding nvidia-2, nvidia-4 and nvidia-8 (default: the ones
+    /// generated from NVIDIA's attributes, docs/fleet.md).
+    #[arg(long, value_name = "FILE")]
+    nvidia_templates: Option<PathBuf>,
     /// Print the tables and goals of a saved `--json` FILE again, and run nothing.
     #[arg(long, value_name = "FILE", conflicts_with = "json")]
     report: Option<PathBuf>,
@@ -170,6 +175,7 @@ fn main() -> anyhow::Result<()> {
             .templates
             .clone()
             .unwrap_or_else(|| p2p_tests::repo_root().join(fleet::policy::TIERED)),
+        nvidia_templates: a.nvidia_templates.clone(),
         p2p_host,
         kubeconfig: cp.as_ref().map(|c| c.kubeconfig()).unwrap_or_default(),
         bound_instants: a.bound_instants.max(1),

@@ -66,13 +66,13 @@ pub fn signatures(shape: &Shape) -> Result<BTreeSet<Signature>, String> {
     }
     let mut memo = BTreeMap::new();
     let all = (1u32 << gpus) - 1;
-    Ok(packings(&shape.matrix, all, shape.nics.len(), &mut memo))
+    Ok(packings(shape, all, shape.nics.len(), &mut memo))
 }
 
 type Memo = BTreeMap<(u32, usize), BTreeSet<Signature>>;
 
 /// The signatures of packings of the GPUs in `free` with `nics` NICs.
-fn packings(m: &[Vec<Class>], free: u32, nics: usize, memo: &mut Memo) -> BTreeSet<Signature> {
+fn packings(shape: &Shape, free: u32, nics: usize, memo: &mut Memo) -> BTreeSet<Signature> {
     if free == 0 {
         return BTreeSet::from([Signature::default()]);
     }
@@ -82,7 +82,7 @@ fn packings(m: &[Vec<Class>], free: u32, nics: usize, memo: &mut Memo) -> BTreeS
     let first = free.trailing_zeros() as usize;
     let rest = free & !(1 << first);
     // The first free GPU stays idle, or is in a VM of some size.
-    let mut out = packings(m, rest, nics, memo);
+    let mut out = packings(shape, rest, nics, memo);
     let others: Vec<usize> = (0..32).filter(|i| rest & (1 << i) != 0).collect();
     for (size_index, size) in SIZES.iter().enumerate() {
         let k = usize::from(*size) - 1;
@@ -91,17 +91,12 @@ fn packings(m: &[Vec<Class>], free: u32, nics: usize, memo: &mut Memo) -> BTreeS
             continue;
         }
         for set in super::placement::combinations(&others, k) {
-            let mut worst = Class::Nv;
             let mut members = set.clone();
             members.push(first);
-            for (i, &a) in members.iter().enumerate() {
-                for &b in &members[i + 1..] {
-                    worst = worst.max(m[a][b]);
-                }
-            }
+            let worst = shape.worst_of(&members);
             let left = set.iter().fold(rest, |f, &g| f & !(1 << g));
             let nics_left = nics - usize::from(needs_nic);
-            for s in packings(m, left, nics_left, memo) {
+            for s in packings(shape, left, nics_left, memo) {
                 out.insert(s.with(size_index, well_placed(*size, worst)));
             }
         }
@@ -352,7 +347,9 @@ pub(crate) mod tests {
                 .map(|i| (name(i), "0000:00:00.0".parse().unwrap()))
                 .collect(),
             index: (0..n).map(|i| (name(i), i)).collect(),
+            pcie: matrix.clone(),
             matrix,
+            partitions: Vec::new(),
         }
     }
 

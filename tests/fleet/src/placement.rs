@@ -99,7 +99,7 @@ fn best(nodes: &[&Shape], free: &[Free], vm: &Vm) -> Option<Spot> {
         }
         let m = &shape.matrix;
         for set in combinations(&f.gpus, n) {
-            let worst = worst_of(m, &set);
+            let worst = shape.worst_of(&set);
             let nic = if vm.nic {
                 let (c, x) = f
                     .nics
@@ -128,17 +128,6 @@ fn best(nodes: &[&Shape], free: &[Free], vm: &Vm) -> Option<Spot> {
         }
     }
     best.map(|(_, p)| p)
-}
-
-/// The worst class among every pair of `set`.
-fn worst_of(m: &[Vec<Class>], set: &[usize]) -> Class {
-    let mut worst = Class::Nv;
-    for (k, &a) in set.iter().enumerate() {
-        for &b in &set[k + 1..] {
-            worst = worst.max(m[a][b]);
-        }
-    }
-    worst
 }
 
 /// How good the pairs among `gpus` are: 5 for NVLink down to 0 for SYS, summed.

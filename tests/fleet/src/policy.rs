@@ -3,12 +3,16 @@
 //!
 //! - `vp2p`: vp2p's slices as `p2p-host dra slices` prints them, and the
 //!   shipped tiered templates (host/kubernetes/dra/claim-templates-tiered.yaml).
-//! - `nvidia`: the same devices cut to what NVIDIA's DRA driver publishes for
-//!   a passthrough GPU (driver `gpu.nvidia.com`: `pciBusID`, `pcieRoot` and,
-//!   after v0.4.1, `resource.kubernetes.io/numaNode`; no switch, clique,
-//!   IOMMU group or NIC), the NICs published by a NIC driver with the same
-//!   standard attributes (`dra.net`), and the claims a user of those writes:
-//!   the same prioritized list over `pcieRoot`, then `numaNode`, then anywhere.
+//! - `nvidia`: the same devices as NVIDIA's DRA driver (dra-driver-nvidia-gpu
+//!   v0.5.0, driver `gpu.nvidia.com`) publishes a GPU bound to vfio-pci:
+//!   `type`, `uuid`, `deviceID`, `vendorID`, `productName`, `iommuFDEnabled`,
+//!   the `addressableMemory` capacity, the three `resource.kubernetes.io/`
+//!   PCI attributes and, on a board with Fabric Manager partitions (its
+//!   FabricManagerPartitioning gate on), `gpuModuleID` and `partition<N>`
+//!   (no switch, clique, IOMMU group or NIC); the NICs published by a NIC
+//!   driver with the standard attributes (`dra.net`); and the claims a user
+//!   of those writes ([`nvidia_template`]): a whole partition, then one
+//!   `pcieRoot`, one `numaNode`, anywhere.
 //! - `count`: vp2p's slices, and claims that only count devices: what a node
 //!   chosen by counting (a device plugin) amounts to.
 //! - `greedy`: no claims; [`super::placement::greedy`] places the fill
@@ -20,6 +24,8 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
+
+use super::trees::Shape;
 
 /// A policy of the comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -84,6 +90,10 @@ impl Policy {
 pub const NVIDIA_DRIVER: &str = "gpu.nvidia.com";
 /// The NIC driver beside it, publishing the standard attributes (DRANET's domain).
 pub const NIC_DRIVER: &str = "dra.net";
+/// What the simulated GPUs stand for in NVIDIA's attributes that no claim
+/// of the comparison reads: an H100 SXM's name and memory (the captured
+/// trees are QEMU's, whose functions have no NVML name).
+const PRODUCT: (&str, &str) = ("NVIDIA H100 80GB HBM3", "80Gi");
 /// The standard attributes both keep.
 const STANDARD: [&str; 3] = [
     "resource.kubernetes.io/pciBusID",
@@ -112,14 +122,25 @@ pub fn device_classes(repo: &Path) -> Result<Vec<Value>, String> {
 pub const TIERED: &str = "host/kubernetes/dra/claim-templates-tiered.yaml";
 
 /// Every ResourceClaimTemplate of `policy` (none for the offline ones), in `ns`;
-/// vp2p's from `vp2p_file` (the three names of [`Policy::template_name`]).
-pub fn templates(policy: Policy, vp2p_file: &Path, ns: &str) -> Result<Vec<Value>, String> {
-    let mut out = match policy {
-        Policy::Greedy | Policy::Optimum => Vec::new(),
-        Policy::Vp2p => yaml_documents(vp2p_file)?,
-        Policy::Nvidia | Policy::Count => [2u8, 4, 8]
+/// vp2p's from `vp2p_file`, NVIDIA's from `nvidia_file` when given (each
+/// holding the three names of [`Policy::template_name`]).
+pub fn templates(
+    policy: Policy,
+    vp2p_file: &Path,
+    nvidia_file: Option<&Path>,
+    ns: &str,
+) -> Result<Vec<Value>, String> {
+    let mut out = match (policy, nvidia_file) {
+        (Policy::Greedy | Policy::Optimum, _) => Vec::new(),
+        (Policy::Vp2p, _) => yaml_documents(vp2p_file)?,
+        (Policy::Nvidia, Some(f)) => yaml_documents(f)?,
+        (Policy::Nvidia, None) => [2u8, 4, 8]
             .into_iter()
-            .map(|n| generated(policy, n, n == 4))
+            .map(|n| nvidia_template(n, n == 4))
+            .collect(),
+        (Policy::Count, _) => [2u8, 4, 8]
+            .into_iter()
+            .map(|n| counting_template(n, n == 4))
             .collect(),
     };
     for t in &mut out {
@@ -128,69 +149,95 @@ pub fn templates(policy: Policy, vp2p_file: &Path, ns: &str) -> Result<Vec<Value
     Ok(out)
 }
 
-/// A template of `policy` (nvidia or count) for `gpus` GPUs and maybe a NIC.
-fn generated(policy: Policy, gpus: u8, nic: bool) -> Value {
-    let exactly = |class: &str, count: u8| json!({"deviceClassName": class, "allocationMode": "ExactCount", "count": count});
-    let (gpu_class, nic_class) = match policy {
-        Policy::Nvidia => ("nvidia-vfio-gpu", "standard-nic"),
-        _ => ("vp2p-gpu", "vp2p-nic"),
-    };
-    let (mut requests, mut constraints) = (Vec::new(), Vec::new());
-    if policy == Policy::Count {
-        requests.push(json!({"name": "gpus", "exactly": exactly(gpu_class, gpus)}));
-        if nic {
-            requests.push(json!({"name": "nic", "exactly": exactly(nic_class, 1)}));
-        }
-    } else {
-        // The tiers a user of the standard attributes can write: one root
-        // complex, one NUMA node, anywhere; the NIC held with the GPUs at
-        // each level, as vp2p's tiered template holds it.
-        let tiers = [
-            ("root-complex", Some("resource.kubernetes.io/pcieRoot")),
-            ("numa-node", Some("resource.kubernetes.io/numaNode")),
-            ("anywhere", None),
-        ];
-        let list = |class: &str, count: u8| -> Vec<Value> {
-            tiers
-                .iter()
-                .map(|(t, _)| {
-                    let mut s = exactly(class, count);
-                    s["name"] = json!(t);
-                    s
-                })
-                .collect()
-        };
-        requests.push(json!({"name": "gpus", "firstAvailable": list(gpu_class, gpus)}));
-        if nic {
-            requests.push(json!({"name": "nic", "firstAvailable": list(nic_class, 1)}));
-        }
-        for (i, (_, attr)) in tiers.iter().enumerate() {
-            let Some(attr) = attr else { continue };
-            let mut refs = Vec::new();
-            for (t, _) in &tiers[..=i] {
-                refs.push(format!("gpus/{t}"));
-                if nic {
-                    refs.push(format!("nic/{t}"));
-                }
-            }
-            constraints.push(json!({"requests": refs, "matchAttribute": attr}));
-        }
-    }
+fn exactly(class: &str, count: u8) -> Value {
+    json!({"deviceClassName": class, "allocationMode": "ExactCount", "count": count})
+}
+
+fn template(name: String, requests: Vec<Value>, constraints: Vec<Value>) -> Value {
     let mut devices = json!({"requests": requests});
     if !constraints.is_empty() {
         devices["constraints"] = json!(constraints);
     }
     json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": policy.template_name(gpus)},
+        "metadata": {"name": name},
         "spec": {"spec": {"devices": devices}},
     })
 }
 
-/// vp2p's slices for a node cut to NVIDIA's set: the GPUs under
-/// [`NVIDIA_DRIVER`] and the NICs under [`NIC_DRIVER`], standard attributes
-/// only (and the driver's `type: vfio`).
-pub fn nvidia_cut(vp2p_slices: &[Value], node: &str) -> Vec<Value> {
+/// Counting's template for `gpus` GPUs and maybe a NIC: no constraint.
+fn counting_template(gpus: u8, nic: bool) -> Value {
+    let mut requests = vec![json!({"name": "gpus", "exactly": exactly("vp2p-gpu", gpus)})];
+    if nic {
+        requests.push(json!({"name": "nic", "exactly": exactly("vp2p-nic", 1)}));
+    }
+    template(Policy::Count.template_name(gpus), requests, Vec::new())
+}
+
+/// The claims a user of NVIDIA's attributes writes for `gpus` GPUs and
+/// maybe a NIC, nearest first: a whole Fabric Manager partition of that
+/// size (`partition<N>`), then one root complex, one NUMA node, anywhere,
+/// the NIC held with the GPUs at each PCIe level and on the partition's
+/// NUMA node. The PCIe levels take no partitioned GPU: with the gate on,
+/// the driver prepares only a claim whose GPUs are one partition.
+pub fn nvidia_template(gpus: u8, nic: bool) -> Value {
+    let partition = format!("{NVIDIA_DRIVER}/partition{gpus}");
+    let unpartitioned = format!("!has(device.attributes[\"{NVIDIA_DRIVER}\"].partition{gpus})");
+    let pcie = [
+        ("root-complex", Some("resource.kubernetes.io/pcieRoot")),
+        ("numa-node", Some("resource.kubernetes.io/numaNode")),
+        ("anywhere", None),
+    ];
+    let mut gpu_list = vec![{
+        let mut s = exactly("nvidia-vfio-gpu", gpus);
+        s["name"] = json!("partition");
+        s
+    }];
+    for (t, _) in &pcie {
+        let mut s = exactly("nvidia-vfio-gpu", gpus);
+        s["name"] = json!(t);
+        s["selectors"] = json!([{"cel": {"expression": unpartitioned}}]);
+        gpu_list.push(s);
+    }
+    let mut requests = vec![json!({"name": "gpus", "firstAvailable": gpu_list})];
+    let mut constraints =
+        vec![json!({"requests": ["gpus/partition"], "matchAttribute": partition})];
+    if nic {
+        let nic_list: Vec<Value> = pcie
+            .iter()
+            .map(|(t, _)| {
+                let mut s = exactly("standard-nic", 1);
+                s["name"] = json!(t);
+                s
+            })
+            .collect();
+        requests.push(json!({"name": "nic", "firstAvailable": nic_list}));
+    }
+    for (i, (_, attr)) in pcie.iter().enumerate() {
+        let Some(attr) = attr else { continue };
+        let mut refs = Vec::new();
+        for (t, _) in &pcie[..=i] {
+            refs.push(format!("gpus/{t}"));
+            if nic {
+                refs.push(format!("nic/{t}"));
+            }
+        }
+        constraints.push(json!({"requests": refs, "matchAttribute": attr}));
+    }
+    if nic {
+        constraints.push(json!({
+            "requests": ["gpus/partition", "nic/root-complex", "nic/numa-node"],
+            "matchAttribute": "resource.kubernetes.io/numaNode",
+        }));
+    }
+    template(Policy::Nvidia.template_name(gpus), requests, constraints)
+}
+
+/// vp2p's slices for a node of `shape` cut to NVIDIA's set: the GPUs under
+/// [`NVIDIA_DRIVER`] with v0.5.0's VFIO attributes (and the partition ones
+/// when the shape has Fabric Manager partitions), the NICs under
+/// [`NIC_DRIVER`] with the standard attributes.
+pub fn nvidia_cut(vp2p_slices: &[Value], node: &str, shape: &Shape) -> Vec<Value> {
     let mut gpus = Vec::new();
     let mut nics = Vec::new();
     for s in vp2p_slices {
@@ -202,12 +249,35 @@ pub fn nvidia_cut(vp2p_slices: &[Value], node: &str) -> Vec<Value> {
                     attrs.insert(k.to_string(), v.clone());
                 }
             }
+            let name = d["name"].as_str().unwrap_or_default();
             match kind {
                 Some("gpu") => {
+                    let hex = |k: &str| {
+                        let v = d["attributes"][format!("gpu.vp2p.io/{k}")]["string"]
+                            .as_str()
+                            .unwrap_or("0");
+                        json!({"string": format!("0x{v}")})
+                    };
+                    let bus = d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+                        .as_str()
+                        .unwrap_or_default();
                     attrs.insert("type".into(), json!({"string": "vfio"}));
-                    gpus.push(json!({"name": d["name"], "attributes": attrs}));
+                    attrs.insert("uuid".into(), json!({"string": uuid_like(node, bus)}));
+                    attrs.insert("deviceID".into(), hex("deviceID"));
+                    attrs.insert("vendorID".into(), hex("vendorID"));
+                    attrs.insert("productName".into(), json!({"string": PRODUCT.0}));
+                    attrs.insert("iommuFDEnabled".into(), json!({"bool": false}));
+                    if let Some(&at) = shape.index.get(name) {
+                        for (k, v) in partition_attributes(shape, at) {
+                            attrs.insert(k, json!({"int": v}));
+                        }
+                    }
+                    gpus.push(json!({
+                        "name": name, "attributes": attrs,
+                        "capacity": {"addressableMemory": {"value": PRODUCT.1}},
+                    }));
                 }
-                Some("nic") => nics.push(json!({"name": d["name"], "attributes": attrs})),
+                Some("nic") => nics.push(json!({"name": name, "attributes": attrs})),
                 _ => {}
             }
         }
@@ -227,6 +297,45 @@ pub fn nvidia_cut(vp2p_slices: &[Value], node: &str) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// The partition attributes of the GPU at `at` on a partitioned `shape`:
+/// `gpuModuleID` (its place in address order, from 1, as the fixture's
+/// list numbers its modules) and `partition<N>`, the id of the size-N
+/// partition holding it (the first, when several do).
+fn partition_attributes(shape: &Shape, at: usize) -> Vec<(String, i64)> {
+    if shape.partitions.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![("gpuModuleID".to_string(), at as i64 + 1)];
+    let mut sizes = std::collections::BTreeSet::new();
+    for p in &shape.partitions {
+        if p.gpus.contains(&at) && sizes.insert(p.gpus.len()) {
+            out.push((format!("partition{}", p.gpus.len()), i64::from(p.id)));
+        }
+    }
+    out
+}
+
+/// A UUID-shaped id for the GPU at `bus` on `node`, unique within the
+/// fleet: NVIDIA's driver derives its VFIO devices' from the PCI address;
+/// no claim here reads it.
+fn uuid_like(node: &str, bus: &str) -> String {
+    // FNV-1a, twice with different offsets, for 128 bits.
+    let fnv = |seed: u64| {
+        format!("{node}/{bus}").bytes().fold(seed, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    };
+    let (a, b) = (fnv(0xcbf2_9ce4_8422_2325), fnv(0x8422_2325_cbf2_9ce4));
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    )
 }
 
 /// The YAML documents of `file` as JSON values.
@@ -249,14 +358,16 @@ mod tests {
 
     #[test]
     fn the_nvidia_tiers_hold_the_nic_with_the_gpus_at_each_level() {
-        let t = generated(Policy::Nvidia, 4, true);
+        let t = nvidia_template(4, true);
         let c = &t["spec"]["spec"]["devices"]["constraints"];
+        assert_eq!(c[0]["requests"], json!(["gpus/partition"]));
+        assert_eq!(c[0]["matchAttribute"], "gpu.nvidia.com/partition4");
         assert_eq!(
-            c[0]["requests"],
+            c[1]["requests"],
             json!(["gpus/root-complex", "nic/root-complex"])
         );
         assert_eq!(
-            c[1]["requests"],
+            c[2]["requests"],
             json!([
                 "gpus/root-complex",
                 "nic/root-complex",
@@ -265,15 +376,37 @@ mod tests {
             ])
         );
         assert_eq!(
+            c[3]["requests"],
+            json!(["gpus/partition", "nic/root-complex", "nic/numa-node"])
+        );
+        assert_eq!(
             c.as_array().map(Vec::len),
-            Some(2),
+            Some(4),
             "anywhere has no constraint"
         );
+        // The PCIe levels leave partitioned GPUs alone.
+        let alts = &t["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"];
+        assert!(alts[0].get("selectors").is_none());
+        for i in 1..4 {
+            assert_eq!(
+                alts[i]["selectors"][0]["cel"]["expression"],
+                "!has(device.attributes[\"gpu.nvidia.com\"].partition4)"
+            );
+        }
+    }
+
+    #[test]
+    fn a_uuid_like_id_has_the_uuid_shape_and_differs_per_gpu() {
+        let a = uuid_like("n1", "0000:23:00.0");
+        let b = uuid_like("n1", "0000:24:00.0");
+        assert_ne!(a, b);
+        let groups: Vec<usize> = a.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{a}");
     }
 
     #[test]
     fn counting_claims_have_no_constraint() {
-        let t = generated(Policy::Count, 8, false);
+        let t = counting_template(8, false);
         assert!(t["spec"]["spec"]["devices"].get("constraints").is_none());
         assert_eq!(
             t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"],

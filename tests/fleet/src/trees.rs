@@ -10,6 +10,10 @@
 //! - `topo.json` (`p2p-host topo --json` of the capture): its `gpus` are the
 //!   functions the capture treated as GPUs (`--gpus`); without it, NVIDIA's.
 //! - `nvlink.json`: the operator's NVLink map (`--nvlink`).
+//! - `fm-partitions.json`: Fabric Manager's partition list (`fmpm -l`,
+//!   `--fm-partitions`): the board runs the shared NVSwitch virtualization
+//!   model, where GPUs reach each other over NVLink only inside the one
+//!   partition activated for their VM.
 //! - `rdma-nics.txt`: functions the fleet gives an `infiniband/mlx5_<n>`
 //!   entry in its copy of the tree, as a ConnectX shows in sysfs (QEMU has no
 //!   RDMA NIC; the captures' e1000e functions stand in).
@@ -101,6 +105,21 @@ pub struct Shape {
     pub index: BTreeMap<String, usize>,
     /// The class of every pair of published devices, by index.
     pub matrix: Vec<Vec<Class>>,
+    /// The same pairs by PCIe alone (NVLink left out): what a VM's GPUs
+    /// get from each other on a partitioned board outside a partition.
+    pub pcie: Vec<Vec<Class>>,
+    /// Fabric Manager's partitions (empty: NVLink joins GPUs whatever the
+    /// set).
+    pub partitions: Vec<Partition>,
+}
+
+/// One of Fabric Manager's partitions on a node of a shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// Its id (`fmpm -a ID`).
+    pub id: u32,
+    /// Its GPUs' indices in [`Shape::matrix`], ascending.
+    pub gpus: Vec<usize>,
 }
 
 impl Shape {
@@ -112,15 +131,37 @@ impl Shape {
         }
     }
 
-    /// The worst class among every pair of `gpus`.
+    /// The worst class among every pair of `gpus` (SYS when one is not
+    /// published).
     pub fn worst(&self, gpus: &[&str]) -> Class {
+        let set: Option<Vec<usize>> = gpus.iter().map(|g| self.index.get(*g).copied()).collect();
+        set.map_or(Class::Sys, |set| self.worst_of(&set))
+    }
+
+    /// The worst class among every pair of the devices at `set` (indices of
+    /// [`Shape::matrix`]). On a partitioned board NVLink counts only when
+    /// the set is one partition: Fabric Manager activates whole partitions,
+    /// and GPUs outside one reach each other over PCIe.
+    pub fn worst_of(&self, set: &[usize]) -> Class {
+        let m = if self.partitions.is_empty() || self.is_partition(set) {
+            &self.matrix
+        } else {
+            &self.pcie
+        };
         let mut worst = Class::Nv;
-        for (i, a) in gpus.iter().enumerate() {
-            for b in &gpus[i + 1..] {
-                worst = worst.max(self.class(a, b));
+        for (i, &a) in set.iter().enumerate() {
+            for &b in &set[i + 1..] {
+                worst = worst.max(m[a][b]);
             }
         }
         worst
+    }
+
+    /// Whether `set` is exactly one of the board's partitions.
+    pub fn is_partition(&self, set: &[usize]) -> bool {
+        let mut sorted = set.to_vec();
+        sorted.sort_unstable();
+        self.partitions.iter().any(|p| p.gpus == sorted)
     }
 
     /// What a VM of `gpus` (and `nic`) got: the worst class among its GPUs,
@@ -136,6 +177,7 @@ impl Shape {
         self.gpus.len() == other.gpus.len()
             && self.nics.len() == other.nics.len()
             && self.matrix == other.matrix
+            && self.partitions == other.partitions
     }
 
     /// The worst class between `nic` and any of `gpus`.
@@ -237,6 +279,16 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
         slice_args.push("--nvlink".into());
         slice_args.push(nvlink.display().to_string());
     }
+    let fm = d.join("fm-partitions.json");
+    let fm_list = if fm.is_file() {
+        slice_args.push("--fm-partitions".into());
+        slice_args.push(fm.display().to_string());
+        let text = std::fs::read_to_string(&fm).map_err(|e| format!("{}: {e}", fm.display()))?;
+        p2p_allocation::chooser::parse_fmpm_list(&text)
+            .map_err(|e| format!("{}: {e}", fm.display()))?
+    } else {
+        Vec::new()
+    };
     let (gpus, nics, left_out) = published(p2p_host, &slice_args)?;
     if gpus.len() < 2 {
         let why = if left_out.is_empty() {
@@ -252,20 +304,40 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
     // Graded by the benchmark's own reader of the tree (super::grading),
     // not by vp2p's classifier.
     let grader = super::grading::Grader::new(&root, nvlink.is_file().then_some(nvlink.as_path()))?;
+    let by_pcie = super::grading::Grader::new(&root, None)?;
     let all: Vec<(&String, &Bdf)> = gpus.iter().chain(nics.iter()).collect();
     let mut matrix = vec![vec![Class::Pix; all.len()]; all.len()];
+    let mut pcie = matrix.clone();
     for (i, (_, ba)) in all.iter().enumerate() {
         for (j, (_, bb)) in all.iter().enumerate() {
             if i != j {
                 matrix[i][j] = grader.class(&ba.to_string(), &bb.to_string())?;
+                pcie[i][j] = by_pcie.class(&ba.to_string(), &bb.to_string())?;
             }
         }
     }
-    let index = all
+    let index: BTreeMap<String, usize> = all
         .iter()
         .enumerate()
         .map(|(i, (n, _))| ((*n).clone(), i))
         .collect();
+    let at: BTreeMap<Bdf, usize> = all.iter().enumerate().map(|(i, (_, b))| (**b, i)).collect();
+    let mut partitions = Vec::new();
+    for p in &fm_list {
+        let set: Option<Vec<usize>> = p.gpus.iter().map(|b| at.get(b).copied()).collect();
+        let mut set = set.ok_or_else(|| {
+            format!(
+                "{}: partition {} names a GPU the node does not publish",
+                fm.display(),
+                p.id
+            )
+        })?;
+        set.sort_unstable();
+        partitions.push(Partition {
+            id: p.id,
+            gpus: set,
+        });
+    }
     Ok(Shape {
         name: name.to_string(),
         root,
@@ -274,6 +346,8 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
         nics,
         index,
         matrix,
+        pcie,
+        partitions,
     })
 }
 

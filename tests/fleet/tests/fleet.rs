@@ -156,6 +156,42 @@ fn the_eight_gpu_shapes_pair_as_boot_sh_lays_them_out() {
     assert_eq!(n.worst(&all), Class::Nv);
 }
 
+/// The NVSwitch shape runs Fabric Manager's shared NVSwitch model with the
+/// partitions of its fm-partitions.json (one of eight, two of four, four of
+/// two, eight of one, in address order): a VM's GPUs are NVLink peers only
+/// when they are one partition, and otherwise get the PCIe class of the
+/// same tree (switch-pairs': PIX within a switch, NODE across root
+/// complexes of a socket, SYS across sockets).
+#[test]
+fn on_the_partitioned_board_nvlink_counts_only_inside_one_partition() {
+    let (usable, _) = shapes();
+    let n = shape(&usable, "fleet-nvswitch");
+    assert_eq!(n.partitions.len(), 15);
+    let worst = |bdfs: &[&str]| {
+        let names: Vec<String> = bdfs
+            .iter()
+            .map(|b| dev(&format!("0000:{b}:00.0")))
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        n.worst(&refs)
+    };
+    // Partitions: {23,24} (pair 3), {23,24,43,44} (four 1), all eight (0).
+    assert_eq!(worst(&["23", "24"]), Class::Nv);
+    assert_eq!(worst(&["43", "44"]), Class::Nv);
+    assert_eq!(worst(&["23", "24", "43", "44"]), Class::Nv);
+    assert_eq!(worst(&["83", "84", "a3", "a4"]), Class::Nv);
+    // Not partitions: the PCIe class.
+    assert_eq!(worst(&["23", "43"]), Class::Node);
+    assert_eq!(worst(&["24", "83"]), Class::Sys);
+    assert_eq!(worst(&["23", "24", "83", "84"]), Class::Sys);
+    assert_eq!(worst(&["23", "24", "43", "83"]), Class::Sys);
+    // The pair matrix still says NVLink joins every pair.
+    assert_eq!(
+        n.class(&dev("0000:23:00.0"), &dev("0000:83:00.0")),
+        Class::Nv
+    );
+}
+
 /// The benchmark grades pairs with a reader of its own (p2p_fleet::grading);
 /// on every usable fixture tree it agrees with vp2p's classifier on every
 /// pair of published devices, so neither can drift from nvidia-smi's legend
@@ -321,18 +357,38 @@ fn trees_of(dir: &Path, names: &[&str]) {
     }
 }
 
-#[test]
-fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals() {
+/// The fleet binary on the trees `names` of tests/fixtures with `args`,
+/// on a control plane of its own: its stdout and its `--json` document.
+fn fleet_on(names: &[&str], args: &[&str]) -> (String, Value) {
     let tmp = tempfile::tempdir().unwrap();
     let trees = tmp.path().join("trees");
     std::fs::create_dir_all(&trees).unwrap();
-    trees_of(&trees, &["qemu-11.1-eight-gpu-iommu-on"]);
+    trees_of(&trees, names);
     let json = tmp.path().join("fleet.json");
     let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
         .current_dir(repo_root())
-        .args(["--trees"])
+        .arg("--trees")
         .arg(&trees)
-        .args([
+        .args(args)
+        .arg("--work")
+        .arg(tmp.path().join("work"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "fleet failed:\n{stdout}\n{stderr}");
+    eprintln!("{stdout}");
+    let doc = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (stdout, doc)
+}
+
+#[test]
+fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals() {
+    let (stdout, doc) = fleet_on(
+        &["qemu-11.1-eight-gpu-iommu-on"],
+        &[
             "--nodes",
             "6",
             "--seeds",
@@ -343,18 +399,8 @@ fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals(
             "0.5",
             "--window",
             "1",
-            "--work",
-        ])
-        .arg(tmp.path().join("work"))
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "fleet failed:\n{stdout}\n{stderr}");
-    eprintln!("{stdout}");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        ],
+    );
     assert_eq!(doc["schema"], "vp2p.fleet/2");
     let runs = doc["runs"].as_array().unwrap();
     let keys: BTreeSet<(&str, &str)> = runs
@@ -454,6 +500,47 @@ fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals(
     assert!(stdout.contains("Goals, seed by seed:"), "{stdout}");
 }
 
+/// On partitioned NVSwitch nodes the real scheduler, given vp2p's shipped
+/// tiered claims or NVIDIA's partition attributes, gives every VM a whole
+/// Fabric Manager partition: the tier each allocation names is the
+/// partition one, and the grader (which counts NVLink only inside one
+/// partition) finds every placed VM on NVLink.
+#[test]
+fn on_partitioned_nodes_both_policies_take_whole_partitions() {
+    let (_, doc) = fleet_on(
+        &["fleet-nvswitch"],
+        &[
+            "--nodes",
+            "4",
+            "--regimes",
+            "fill",
+            "--policies",
+            "vp2p,nvidia",
+        ],
+    );
+    for r in doc["runs"].as_array().unwrap() {
+        let tier = if r["policy"] == "vp2p" {
+            "fm-partition"
+        } else {
+            "partition"
+        };
+        for s in r["sizes"].as_array().unwrap() {
+            let placed = s["placed"].as_u64().unwrap();
+            assert_eq!(s["by_class"]["NV"], placed, "{}: {s}", r["policy"]);
+            let tiers = s["gpu_tiers"].as_object().unwrap();
+            let on_tier = tiers.get(tier).and_then(Value::as_u64).unwrap_or(0);
+            assert_eq!(on_tier, placed, "{}: {s}", r["policy"]);
+        }
+        let placed: u64 = r["sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["placed"].as_u64().unwrap())
+            .sum();
+        assert!(placed > 0, "{r}");
+    }
+}
+
 /// The shipped tiered templates, as docs/kubevirt.md describes them: the
 /// alternatives in order, each but `anywhere` held by its attribute, and in
 /// the four-GPU template each PCIe level's constraint holding every nearer
@@ -481,6 +568,7 @@ fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
         ]
     );
     let tiers = [
+        "fm-partition",
         "nvlink",
         "switch",
         "switches",
@@ -508,6 +596,17 @@ fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
             .unwrap()
             .iter()
             .all(|a| a["count"] == count));
+        // Plain NVLink only on GPUs Fabric Manager does not partition.
+        let nvlink = gpus["firstAvailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == "nvlink")
+            .unwrap();
+        assert_eq!(
+            nvlink["selectors"][0]["cel"]["expression"],
+            format!("!has(device.attributes[\"gpu.vp2p.io\"].fmPartition{count})")
+        );
     }
     let first = &docs[0]["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"][0];
     assert_eq!(
@@ -532,20 +631,25 @@ fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
     };
     let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let a = |s: &str| format!("gpu.vp2p.io/{s}");
-    let levels = vec![
-        (v(&["gpus/nvlink"]), a("nvlinkDomain")),
-        (v(&["gpus/switch"]), a("cliquePix")),
-        (v(&["gpus/switches"]), a("cliquePxb")),
-        (v(&["gpus/root-complex"]), a("cliquePhb")),
-        (v(&["gpus/numa-node"]), a("cliqueNode")),
-    ];
+    let partition = |n: u8| (v(&["gpus/fm-partition"]), a(&format!("fmPartition{n}")));
+    let levels = |n: u8| {
+        vec![
+            partition(n),
+            (v(&["gpus/nvlink"]), a("nvlinkDomain")),
+            (v(&["gpus/switch"]), a("cliquePix")),
+            (v(&["gpus/switches"]), a("cliquePxb")),
+            (v(&["gpus/root-complex"]), a("cliquePhb")),
+            (v(&["gpus/numa-node"]), a("cliqueNode")),
+        ]
+    };
     let mut two = vec![(v(&["gpus/switch-no-nvlink"]), a("cliquePix"))];
-    two.extend(levels.iter().cloned());
+    two.extend(levels(2));
     assert_eq!(c(&docs[0]), two);
-    assert_eq!(c(&docs[2]), levels);
+    assert_eq!(c(&docs[2]), levels(8));
     assert_eq!(
         c(&docs[1]),
         vec![
+            partition(4),
             (v(&["gpus/nvlink"]), a("nvlinkDomain")),
             (v(&["gpus/switch", "nic/switch"]), a("cliquePix")),
             (
@@ -565,6 +669,7 @@ fn the_shipped_tiered_templates_hold_each_level_and_every_nearer_one() {
             ),
             (
                 v(&[
+                    "gpus/fm-partition",
                     "gpus/nvlink",
                     "gpus/switch",
                     "gpus/switches",
