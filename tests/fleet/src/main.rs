@@ -63,7 +63,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "vp2p,nvidia,count,greedy,optimum"
+        default_value = "vp2p,nvidia,count,kubevirt,greedy,optimum"
     )]
     policies: Vec<String>,
     /// Write the counts as JSON to FILE.
@@ -141,7 +141,7 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|p| {
             Policy::parse(p).with_context(|| {
-                format!("--policies: unknown policy '{p}' (vp2p, nvidia, count, greedy, optimum)")
+                format!("--policies: unknown policy '{p}' (vp2p, nvidia, count, kubevirt, greedy, optimum)")
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -265,6 +265,7 @@ fn present(runs: &[RunCount]) -> Vec<&'static str> {
         "vp2p",
         "nvidia",
         "count",
+        "kubevirt",
         "greedy",
         "optimum",
         "optimum-well",

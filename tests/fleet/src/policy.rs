@@ -15,6 +15,10 @@
 //!   `pcieRoot`, one `numaNode`, anywhere.
 //! - `count`: vp2p's slices, and claims that only count devices: what a node
 //!   chosen by counting (a device plugin) amounts to.
+//! - `kubevirt`: vp2p's slices, and claims KubeVirt 1.9 can consume: one
+//!   device per request (`gpu-0` .. and `nic`), no prioritized list, one
+//!   claim-level `matchAttribute` at a fixed level per size
+//!   ([`KUBEVIRT_LEVELS`]).
 //! - `greedy`: no claims; [`super::placement::greedy`] places the fill
 //!   regime's arrivals offline, largest first (a heuristic, not a bound).
 //! - `optimum`: no claims; [`super::optimum`] solves the fill regime's
@@ -36,6 +40,9 @@ pub enum Policy {
     Nvidia,
     /// Counting only.
     Count,
+    /// vp2p's attributes in claims KubeVirt 1.9 takes: one device per
+    /// request, one strict level per size.
+    Kubevirt,
     /// The offline greedy placer (fill only).
     Greedy,
     /// The offline optimum (fill only).
@@ -44,10 +51,11 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in the order of the figures.
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 6] = [
         Policy::Vp2p,
         Policy::Nvidia,
         Policy::Count,
+        Policy::Kubevirt,
         Policy::Greedy,
         Policy::Optimum,
     ];
@@ -58,6 +66,7 @@ impl Policy {
             Policy::Vp2p => "vp2p",
             Policy::Nvidia => "nvidia",
             Policy::Count => "count",
+            Policy::Kubevirt => "kubevirt",
             Policy::Greedy => "greedy",
             Policy::Optimum => "optimum",
         }
@@ -138,6 +147,10 @@ pub fn templates(
             .into_iter()
             .map(|n| nvidia_template(n, n == 4))
             .collect(),
+        (Policy::Kubevirt, _) => [2u8, 4, 8]
+            .into_iter()
+            .map(|n| kubevirt_template(n, n == 4))
+            .collect(),
         (Policy::Count, _) => [2u8, 4, 8]
             .into_iter()
             .map(|n| counting_template(n, n == 4))
@@ -172,6 +185,38 @@ fn counting_template(gpus: u8, nic: bool) -> Value {
         requests.push(json!({"name": "nic", "exactly": exactly("vp2p-nic", 1)}));
     }
     template(Policy::Count.template_name(gpus), requests, Vec::new())
+}
+
+/// The level the `kubevirt` policy holds each size's devices to, by vp2p's
+/// attribute (none: counting). Without a prioritized list one level must
+/// serve every node: a 2- or 4-GPU VM within one NUMA node (on every shape
+/// some NUMA node holds four GPUs, and a stricter level refuses VMs a
+/// nearer-first claim would place), an 8-GPU VM anywhere on a node.
+pub const KUBEVIRT_LEVELS: [(u8, Option<&str>); 3] = [
+    (2, Some("gpu.vp2p.io/cliqueNode")),
+    (4, Some("gpu.vp2p.io/cliqueNode")),
+    (8, None),
+];
+
+/// The claim KubeVirt 1.9 can consume for `gpus` GPUs and maybe a NIC:
+/// `gpu-0` .. `gpu-<N-1>` and `nic`, one device each, under one
+/// claim-level constraint (no `requests`: every device) at the size's
+/// level of [`KUBEVIRT_LEVELS`].
+pub fn kubevirt_template(gpus: u8, nic: bool) -> Value {
+    let mut requests: Vec<Value> = (0..gpus)
+        .map(|i| json!({"name": format!("gpu-{i}"), "exactly": exactly("vp2p-gpu", 1)}))
+        .collect();
+    if nic {
+        requests.push(json!({"name": "nic", "exactly": exactly("vp2p-nic", 1)}));
+    }
+    let level = KUBEVIRT_LEVELS
+        .iter()
+        .find(|(n, _)| *n == gpus)
+        .and_then(|(_, l)| *l);
+    let constraints = level
+        .map(|attr| vec![json!({"matchAttribute": attr})])
+        .unwrap_or_default();
+    template(Policy::Kubevirt.template_name(gpus), requests, constraints)
 }
 
 /// The claims a user of NVIDIA's attributes writes for `gpus` GPUs and
@@ -402,6 +447,31 @@ mod tests {
         assert_ne!(a, b);
         let groups: Vec<usize> = a.split('-').map(str::len).collect();
         assert_eq!(groups, [8, 4, 4, 4, 12], "{a}");
+    }
+
+    #[test]
+    fn kubevirt_claims_take_one_device_per_request_under_one_claim_level_constraint() {
+        let t = kubevirt_template(4, true);
+        let d = &t["spec"]["spec"]["devices"];
+        let names: Vec<&str> = d["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "nic"]);
+        for r in d["requests"].as_array().unwrap() {
+            assert_eq!(r["exactly"]["count"], 1);
+            assert!(r.get("firstAvailable").is_none());
+        }
+        assert_eq!(
+            d["constraints"],
+            json!([{"matchAttribute": "gpu.vp2p.io/cliqueNode"}])
+        );
+        let eight = kubevirt_template(8, false);
+        assert!(eight["spec"]["spec"]["devices"]
+            .get("constraints")
+            .is_none());
     }
 
     #[test]

@@ -409,7 +409,7 @@ fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals(
         .collect();
     // The scheduled policies in both regimes; greedy and the two optima in fill.
     let mut want = BTreeSet::new();
-    for p in ["vp2p", "nvidia", "count"] {
+    for p in ["vp2p", "nvidia", "count", "kubevirt"] {
         want.insert(("fill", p));
         want.insert(("churn-100", p));
     }
@@ -437,14 +437,14 @@ fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals(
     assert!((53..53 + 8).contains(&asked), "{asked} GPUs asked");
     for regime in ["fill", "churn-100"] {
         let arrived = sizes(run(regime, "vp2p"), "arrived");
-        for p in ["nvidia", "count"] {
+        for p in ["nvidia", "count", "kubevirt"] {
             assert_eq!(
                 sizes(run(regime, p), "arrived"),
                 arrived,
                 "{regime} {p}: the same arrivals"
             );
         }
-        for p in ["vp2p", "nvidia", "count"] {
+        for p in ["vp2p", "nvidia", "count", "kubevirt"] {
             let r = run(regime, p);
             let (placed, refused) = (sizes(r, "placed"), sizes(r, "refused"));
             for i in 0..3 {
@@ -472,7 +472,7 @@ fn a_small_fleet_on_the_real_scheduler_counts_every_policy_on_the_same_arrivals(
         total(run("fill", "optimum"), "placed"),
         total(run("fill", "optimum-well"), "well_placed"),
     );
-    for p in ["vp2p", "nvidia", "count", "greedy"] {
+    for p in ["vp2p", "nvidia", "count", "kubevirt", "greedy"] {
         let r = run("fill", p);
         assert!(
             total(r, "placed") <= best_placed,
