@@ -212,32 +212,37 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
         for (regime, list) in &lists {
             if matches!(regime, Regime::Churn { .. }) {
                 if cfg.policies.contains(&Policy::Optimum) {
-                    for objective in [Objective::PlacedThenWell, Objective::Well] {
-                        let t = Instant::now();
-                        let b = churn_bound::bound(
-                            &nodes,
-                            list,
-                            regime,
-                            objective,
-                            cfg.bound_instants,
-                        )?;
-                        eprintln!(
-                            "fleet: seed {seed} {}: bound on {}: {:.1} ({} instants) in {:.1} s",
-                            regime.name(),
-                            objective.name(),
-                            b.bound,
-                            b.instants,
-                            t.elapsed().as_secs_f64()
-                        );
-                        optima.push(OptimumRecord {
-                            seed,
-                            regime: regime.name(),
-                            objective: objective.name().to_string(),
-                            count: None,
-                            bound: b.bound,
-                            instants: Some(b.instants),
-                            exact: None,
-                        });
+                    for scope in [churn_bound::Scope::Window, churn_bound::Scope::Every] {
+                        for objective in [Objective::PlacedThenWell, Objective::Well] {
+                            let t = Instant::now();
+                            let b = churn_bound::bound(
+                                &nodes,
+                                list,
+                                regime,
+                                objective,
+                                cfg.bound_instants,
+                                scope,
+                            )?;
+                            eprintln!(
+                                "fleet: seed {seed} {}: bound on {} ({} arrivals): {:.1} ({} instants) in {:.1} s",
+                                regime.name(),
+                                objective.name(),
+                                scope.name(),
+                                b.bound,
+                                b.instants,
+                                t.elapsed().as_secs_f64()
+                            );
+                            optima.push(OptimumRecord {
+                                seed,
+                                regime: regime.name(),
+                                objective: objective.name().to_string(),
+                                count: None,
+                                bound: b.bound,
+                                instants: Some(b.instants),
+                                scope: Some(scope.name().to_string()),
+                                exact: None,
+                            });
+                        }
                     }
                 }
                 continue;
@@ -275,6 +280,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                         count: Some(o.count()),
                         bound: o.lp_bound,
                         instants: None,
+                        scope: None,
                         exact: Some(o.exact),
                     });
                     runs.push(optimum_run(name, regime, seed, total, list, &o));
@@ -452,5 +458,6 @@ fn optimum_run(
         stranded_gpus: None,
         gpu_hours_served: None,
         gpu_hours_asked: None,
+        every_arrival: None,
     }
 }

@@ -78,6 +78,21 @@ pub struct RunCount {
     pub gpu_hours_served: Option<f64>,
     /// Churn: GPU-hours every arrival would have run inside the window.
     pub gpu_hours_asked: Option<f64>,
+    /// Churn: every arrival of the list, warm-up included (what the bound
+    /// over every arrival is compared with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_arrival: Option<EveryArrival>,
+}
+
+/// Counts over every arrival of a churn list, all sizes together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EveryArrival {
+    /// VMs that arrived.
+    pub arrived: u32,
+    /// Of those, placed.
+    pub placed: u32,
+    /// Of those, well placed.
+    pub well_placed: u32,
 }
 
 /// One solved optimum, as `--json` keeps it.
@@ -98,6 +113,10 @@ pub struct OptimumRecord {
     pub bound: f64,
     /// Churn: the instants the bound checked the fleet at.
     pub instants: Option<usize>,
+    /// Churn: the arrivals the bound counts, `window` (as the runs'
+    /// counts) or `every` (warm-up included; compare `every_arrival`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
     /// Fill: whether `count` is proven the most (it meets the bound's
     /// floor, or branch and bound finished); false when it is only the best
     /// packing found (super::optimum::BRANCH_AND_BOUND_NODES).
@@ -178,6 +197,14 @@ pub fn count(
                 .sum()
         }),
         gpu_hours_asked: churn.then(|| outcomes.iter().map(hours).sum()),
+        every_arrival: churn.then(|| EveryArrival {
+            arrived: outcomes.len() as u32,
+            placed: outcomes.iter().filter(|o| o.placed.is_some()).count() as u32,
+            well_placed: outcomes
+                .iter()
+                .filter(|o| o.placed.is_some_and(|(_, c, _)| well_placed(o.vm.gpus, c)))
+                .count() as u32,
+        }),
     }
 }
 
@@ -227,6 +254,10 @@ mod tests {
         assert_eq!(c.sizes[2].refused, 1);
         assert_eq!(c.gpu_hours_served, Some(5.0));
         assert_eq!(c.gpu_hours_asked, Some(9.0));
+        // Every arrival: four, three placed, of which the 2-GPU VMs on PIX
+        // are well placed and the 4-GPU VM on SYS is not.
+        let every = c.every_arrival.unwrap();
+        assert_eq!((every.arrived, every.placed, every.well_placed), (4, 3, 2));
     }
 
     #[test]
