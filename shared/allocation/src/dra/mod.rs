@@ -32,6 +32,7 @@
 mod api;
 pub mod claim;
 pub mod names;
+pub mod score;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
