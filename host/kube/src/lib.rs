@@ -11,6 +11,7 @@
 
 pub mod device_plugin;
 pub mod dra_driver;
+pub mod extender;
 pub mod grpc;
 pub mod kubelet_plugin;
 pub mod kubevirt_plugin;

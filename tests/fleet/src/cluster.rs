@@ -23,6 +23,9 @@ use tokio_stream::StreamExt;
 /// CPUs and memory a VM pod asks for per GPU (a KubeVirt VM's launcher asks
 /// for its VM's), and what a node offers: eight GPUs' worth fit.
 const CPU_PER_GPU: u32 = 14;
+/// The label a VM pod carries with its policy's name (the scheduler
+/// extender, when the run has one, scores only vp2p's and kubevirt's).
+pub const POLICY_LABEL: &str = "fleet.vp2p.io/policy";
 const MEMORY_GI_PER_GPU: u32 = 120;
 const NODE_CPU: u32 = 120;
 const NODE_MEMORY_GI: u32 = 1000;
@@ -204,11 +207,12 @@ impl Cluster {
         name: &str,
         gpus: u8,
         template: &str,
+        policy: &str,
     ) -> Result<PodResult, String> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
         let n = u32::from(gpus);
         let pod = from(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"fleet.vp2p.io/vm": "true"}},
+        "metadata": {"name": name, "labels": {"fleet.vp2p.io/vm": "true", POLICY_LABEL: policy}},
         "spec": {
             "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "compute", "image": "registry.invalid/vm:1",

@@ -68,6 +68,8 @@ pub struct FleetConfig {
     pub mix: arrivals::Mix,
     /// Shapes' weights in the draw of nodes (a shape not named weighs 1).
     pub shape_weights: Vec<(String, u32)>,
+    /// vp2p's scheduler extender's weight, when the run has one.
+    pub extender: Option<u32>,
     /// Where the counts so far are written after each seed (the `--json`
     /// file; `seeds_done` says how far it got).
     pub checkpoint: Option<PathBuf>,
@@ -116,6 +118,7 @@ impl FleetReport {
                 Regime::Churn { load, warmup, window } => json!({"name": r.name(), "load": load, "warmup": warmup, "window": window}),
             }).collect::<Vec<_>>(),
             "seeds": cfg.seed_list(),
+            "extender": cfg.extender,
             "templates": {
                 "vp2p": cfg.vp2p_templates.strip_prefix(&cfg.repo).unwrap_or(&cfg.vp2p_templates),
                 "nvidia": cfg.nvidia_templates.as_ref().map_or("generated".into(), |p| p.display().to_string()),

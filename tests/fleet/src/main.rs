@@ -78,6 +78,11 @@ struct Args {
     /// eight-peer-gpus-tiered (default: the shipped host/kubernetes/dra/claim-templates-tiered.yaml).
     #[arg(long, value_name = "FILE")]
     templates: Option<PathBuf>,
+    /// Run vp2p's scheduler extender (`p2p-host dra extender`) at this
+    /// weight beside the scheduler's plugins; it scores the vp2p and
+    /// kubevirt policies' pods only (its log: WORK/extender.log).
+    #[arg(long, value_name = "WEIGHT")]
+    extender: Option<u32>,
     /// The nvidia policy's claim templates, as --templates is vp2p's: a
     /// file holding nvidia-2, nvidia-4 and nvidia-8 (default: the ones
     /// generated from NVIDIA's attributes, docs/fleet.md).
@@ -155,13 +160,61 @@ fn main() -> anyhow::Result<()> {
     let needs_kube = policies.iter().any(|p| p.scheduled());
     let cp_dir = work.join("control-plane");
     let _ = std::fs::remove_dir_all(&cp_dir);
-    if let Some(f) = &a.scheduler_profile {
-        let text = std::fs::read_to_string(f)
-            .with_context(|| format!("--scheduler-profile {}", f.display()))?;
+    // The extender's port, picked now: the scheduler's settings name it
+    // before the control plane starts, the extender starts after it.
+    let extender_port = match a.extender {
+        Some(_) => Some(
+            std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port(),
+        ),
+        None => None,
+    };
+    if a.scheduler_profile.is_some() || a.extender.is_some() {
+        let mut doc = match &a.scheduler_profile {
+            Some(f) => {
+                let text = std::fs::read_to_string(f)
+                    .with_context(|| format!("--scheduler-profile {}", f.display()))?;
+                serde_yaml::from_str(&text)
+                    .with_context(|| format!("--scheduler-profile {}: not YAML", f.display()))?
+            }
+            None => serde_yaml::Value::Mapping(Default::default()),
+        };
+        if let (Some(weight), Some(port)) = (a.extender, extender_port) {
+            let ext: serde_yaml::Value = serde_yaml::from_str(&format!(
+                "urlPrefix: http://127.0.0.1:{port}\nprioritizeVerb: prioritize\nweight: {weight}\nnodeCacheCapable: true\nhttpTimeout: 5s\n"
+            ))?;
+            doc["extenders"] = serde_yaml::Value::Sequence(vec![ext]);
+        }
         std::fs::create_dir_all(&cp_dir)?;
-        std::fs::write(cp_dir.join("scheduler-profile.yaml"), text)?;
+        std::fs::write(
+            cp_dir.join("scheduler-profile.yaml"),
+            serde_yaml::to_string(&doc)?,
+        )?;
     }
     let cp = needs_kube.then(|| ControlPlane::start_at(&cp_dir));
+    // vp2p's extender, scoring the pods of vp2p's and kubevirt's policies.
+    let _extender = match (&cp, extender_port) {
+        (Some(cp), Some(port)) => Some(ExtenderProcess(
+            std::process::Command::new(&p2p_host)
+                .args(["dra", "extender", "--listen"])
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("--kubeconfig")
+                .arg(cp.kubeconfig())
+                .args([
+                    "--pod-label",
+                    &format!("{}=vp2p", fleet::cluster::POLICY_LABEL),
+                ])
+                .args([
+                    "--pod-label",
+                    &format!("{}=kubevirt", fleet::cluster::POLICY_LABEL),
+                ])
+                .stderr(std::fs::File::create(work.join("extender.log"))?)
+                .spawn()
+                .context("starting p2p-host dra extender")?,
+        )),
+        _ => None,
+    };
     let cfg = FleetConfig {
         trees,
         nodes: a.nodes,
@@ -194,6 +247,7 @@ fn main() -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?,
         checkpoint: a.json.clone(),
+        extender: a.extender,
     };
     let report = fleet::run(&cfg).map_err(anyhow::Error::msg)?;
     println!(
@@ -257,6 +311,16 @@ fn main() -> anyhow::Result<()> {
         eprintln!("fleet: counts in {}", path.display());
     }
     Ok(())
+}
+
+/// The extender's process, stopped with the run.
+struct ExtenderProcess(std::process::Child);
+
+impl Drop for ExtenderProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The policies present in `runs`, in the figures' order.

@@ -56,7 +56,12 @@ pub async fn run(
         }
         let name = format!("{}-vm-{:05}", policy.name(), vm.index);
         let r = cl
-            .place(&name, vm.gpus, &policy.template_name(vm.gpus))
+            .place(
+                &name,
+                vm.gpus,
+                &policy.template_name(vm.gpus),
+                policy.name(),
+            )
             .await?;
         let outcome = match r.outcome {
             Scheduled::Bound {

@@ -360,6 +360,12 @@ fn trees_of(dir: &Path, names: &[&str]) {
 /// The fleet binary on the trees `names` of tests/fixtures with `args`,
 /// on a control plane of its own: its stdout and its `--json` document.
 fn fleet_on(names: &[&str], args: &[&str]) -> (String, Value) {
+    let (stdout, doc, _) = fleet_in(names, args);
+    (stdout, doc)
+}
+
+/// [`fleet_on`], and the directory its work (logs) went to.
+fn fleet_in(names: &[&str], args: &[&str]) -> (String, Value, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let trees = tmp.path().join("trees");
     std::fs::create_dir_all(&trees).unwrap();
@@ -381,7 +387,51 @@ fn fleet_on(names: &[&str], args: &[&str]) -> (String, Value) {
     assert!(out.status.success(), "fleet failed:\n{stdout}\n{stderr}");
     eprintln!("{stdout}");
     let doc = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    (stdout, doc)
+    (stdout, doc, tmp)
+}
+
+/// `--extender`: kube-scheduler, given vp2p's extender in its
+/// KubeSchedulerConfiguration, calls `p2p-host dra extender`, which reads
+/// the scheduler's ExtenderArgs (Go's field names), the claim and the
+/// slices, and scores the nodes; every pod is still counted once.
+#[test]
+fn the_real_scheduler_calls_vp2ps_extender_and_gets_scores() {
+    let (_, doc, work) = fleet_in(
+        &["qemu-11.1-eight-gpu-iommu-on"],
+        &[
+            "--nodes",
+            "4",
+            "--regimes",
+            "fill",
+            "--policies",
+            "vp2p,count",
+            "--extender",
+            "5",
+        ],
+    );
+    assert_eq!(doc["extender"], 5);
+    let log = std::fs::read_to_string(work.path().join("work/extender.log")).unwrap();
+    assert!(
+        log.contains("scheduler extender on http://127.0.0.1:"),
+        "{log}"
+    );
+    let first = log
+        .lines()
+        .find(|l| l.contains("extender: call 1: pod "))
+        .unwrap_or_else(|| panic!("no call logged:\n{log}"));
+    // Four empty eight-gpu nodes: the first VM fits a switch on each.
+    assert!(first.contains("4 node(s), best score"), "{first}");
+    assert!(!first.contains("best score 0 "), "{first}");
+    assert!(
+        !log.contains("extender: the request") && !log.contains("extender: pod "),
+        "errors:\n{log}"
+    );
+    for r in doc["runs"].as_array().unwrap() {
+        for s in r["sizes"].as_array().unwrap() {
+            let n = |k: &str| s[k].as_u64().unwrap();
+            assert_eq!(n("placed") + n("refused"), n("arrived"), "{s}");
+        }
+    }
 }
 
 #[test]

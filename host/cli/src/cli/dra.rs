@@ -26,7 +26,10 @@ pub struct DraArgs {
 impl DraArgs {
     /// Whether this is the long-running driver (not `slices`).
     pub fn is_server(&self) -> bool {
-        matches!(self.command, DraCommand::Driver(_))
+        matches!(
+            self.command,
+            DraCommand::Driver(_) | DraCommand::Extender(_)
+        )
     }
 }
 
@@ -42,6 +45,37 @@ enum DraCommand {
     /// this node's devices (IOMMU groups on vfio-pci, a CDI spec and the
     /// KEP-5304 device metadata, a checkpoint) until SIGTERM.
     Driver(DriverArgs),
+    /// Run a kube-scheduler extender (prioritize verb) that scores each
+    /// feasible node by the nearest level vp2p's free devices there offer a
+    /// pod's claims, and by whether the placement leaves a group broken
+    /// (docs/kubevirt.md, "Scheduler extender").
+    Extender(ExtenderArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExtenderArgs {
+    /// Address to listen on (the scheduler's `urlPrefix`: http://ADDR).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8888")]
+    listen: std::net::SocketAddr,
+    /// kubeconfig [default: in cluster, or the default kubeconfig].
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// vp2p's driver name: the slices and allocations read.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_DRIVER)]
+    driver_name: String,
+    /// The DeviceClass of vp2p's GPUs, as the claims name it.
+    #[arg(long, value_name = "CLASS", default_value = "vp2p-gpu")]
+    gpu_device_class: String,
+    /// The DeviceClass of vp2p's NICs.
+    #[arg(long, value_name = "CLASS", default_value = "vp2p-nic")]
+    nic_device_class: String,
+    /// Each request to the API server may take this long.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    api_timeout_ms: u64,
+    /// Score only pods with this label (repeatable: any of them); every
+    /// pod when not given. Other pods get 0 on every node.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pod_label: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -178,7 +212,30 @@ pub fn run(args: DraArgs) -> anyhow::Result<()> {
     match args.command {
         DraCommand::Slices(a) => slices(a),
         DraCommand::Driver(a) => driver(a),
+        DraCommand::Extender(a) => extender(a),
     }
+}
+
+fn extender(a: ExtenderArgs) -> anyhow::Result<()> {
+    let pod_labels = a
+        .pod_label
+        .iter()
+        .map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow::anyhow!("--pod-label {l}: not KEY=VALUE"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    p2p_host_kube::extender::run(p2p_host_kube::extender::Settings {
+        pod_labels,
+        listen: a.listen,
+        kubeconfig: a.kubeconfig,
+        driver: a.driver_name,
+        gpu_class: a.gpu_device_class,
+        nic_class: a.nic_device_class,
+        timeout: std::time::Duration::from_millis(a.api_timeout_ms.max(1)),
+    })?;
+    Ok(())
 }
 
 fn driver(args: DriverArgs) -> anyhow::Result<()> {

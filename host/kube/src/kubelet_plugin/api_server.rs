@@ -430,6 +430,26 @@ impl ApiServer {
         self.timeout
     }
 
+    /// Every object of `resource` in the cluster as JSON, `fields` a field
+    /// selector (the scheduler extender reads all slices and claims).
+    pub async fn list_all(
+        &self,
+        resource: &kube::api::ApiResource,
+        fields: Option<&str>,
+    ) -> Result<Vec<serde_json::Value>, ApiError> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+        let mut lp = ListParams::default();
+        if let Some(f) = fields {
+            lp = lp.fields(f);
+        }
+        let what = format!("listing {}", resource.plural);
+        let list = self.call(what.clone(), api.list(&lp)).await?;
+        list.items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).map_err(converting(&what)))
+            .collect()
+    }
+
     /// The ResourceClaim `namespace/name` as the API server sends it (its
     /// status whole: the pods it is reserved for).
     pub async fn claim_object(
