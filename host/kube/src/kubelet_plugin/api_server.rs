@@ -431,14 +431,16 @@ impl ApiServer {
     }
 
     /// Every object of `resource` in the cluster as JSON, `fields` a field
-    /// selector (the scheduler extender reads all slices and claims).
+    /// selector (the scheduler extender reads all slices and claims). Served
+    /// from the API server's watch cache (resourceVersion 0: any version,
+    /// no read from etcd), so it may trail the newest write by moments.
     pub async fn list_all(
         &self,
         resource: &kube::api::ApiResource,
         fields: Option<&str>,
     ) -> Result<Vec<serde_json::Value>, ApiError> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let mut lp = ListParams::default();
+        let mut lp = ListParams::default().match_any();
         if let Some(f) = fields {
             lp = lp.fields(f);
         }
