@@ -16,7 +16,7 @@ use p2p_tests::kube::ControlPlane;
 #[command(name = "fleet")]
 struct Args {
     /// Directory whose subdirectories are sysfs trees (or hold one in sysfs/ or sysfs.tgz).
-    #[arg(long, required_unless_present = "report")]
+    #[arg(long, required_unless_present_any = ["report", "print_templates", "tuning"])]
     trees: Option<PathBuf>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 200)]
@@ -88,6 +88,16 @@ struct Args {
     /// generated from NVIDIA's attributes, docs/fleet.md).
     #[arg(long, value_name = "FILE")]
     nvidia_templates: Option<PathBuf>,
+    /// Print POLICY's claim templates as YAML (vp2p: the --templates file;
+    /// nvidia, count, kubevirt: the generated ones), and run nothing: a
+    /// start for a file of your own.
+    #[arg(long, value_name = "POLICY", conflicts_with = "report")]
+    print_templates: Option<String>,
+    /// Compare saved `--json` FILEs of tuning runs, one line per file and
+    /// scheduled policy: VMs well placed, refused and arrived over every
+    /// seed, regime and size (scripts/fleet-tune.sh), and run nothing.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["report", "print_templates"])]
+    tuning: Vec<PathBuf>,
     /// Print the tables and goals of a saved `--json` FILE again, and run nothing.
     #[arg(long, value_name = "FILE", conflicts_with = "json")]
     report: Option<PathBuf>,
@@ -136,6 +146,25 @@ fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     if let Some(f) = &a.report {
         return print_saved(f);
+    }
+    if !a.tuning.is_empty() {
+        return print_tuning(&a.tuning);
+    }
+    if let Some(p) = &a.print_templates {
+        let policy = Policy::parse(p)
+            .filter(|p| p.scheduled())
+            .with_context(|| format!("--print-templates: '{p}' is not a scheduled policy (vp2p, nvidia, count, kubevirt)"))?;
+        let vp2p = a
+            .templates
+            .clone()
+            .unwrap_or_else(|| p2p_tests::repo_root().join(fleet::policy::TIERED));
+        let docs =
+            fleet::policy::templates(policy, &vp2p, a.nvidia_templates.as_deref(), "default")
+                .map_err(anyhow::Error::msg)?;
+        for d in docs {
+            print!("---\n{}", serde_yaml::to_string(&d)?);
+        }
+        return Ok(());
     }
     if a.nodes == 0 || a.seeds == 0 {
         bail!("--nodes and --seeds must be at least 1");
@@ -352,9 +381,45 @@ fn print_counts(runs: &[RunCount], optima: &[OptimumRecord]) {
     print!("{}", figures::goals_text(runs));
 }
 
-/// `--report FILE`: the tables and goals of a saved run.
-fn print_saved(f: &std::path::Path) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(f).with_context(|| format!("--report {}", f.display()))?;
+/// `--tuning FILE...`: one line per file and scheduled policy.
+fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
+    println!(
+        "{:<40} {:<9} {:>6} {:>8} {:>8}  TEMPLATES",
+        "FILE", "POLICY", "WELL", "REFUSED", "ARRIVED"
+    );
+    for f in files {
+        let doc = read_saved(f)?;
+        let runs: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
+            .with_context(|| format!("{}: `runs` is not a list of fleet counts", f.display()))?;
+        for p in ["vp2p", "nvidia", "count", "kubevirt"] {
+            let of: Vec<&RunCount> = runs.iter().filter(|r| r.policy == p).collect();
+            if of.is_empty() {
+                continue;
+            }
+            let sum = |k: fn(&p2p_fleet::tally::SizeCount) -> u32| -> u32 {
+                of.iter().flat_map(|r| &r.sizes).map(k).sum()
+            };
+            let templates = match p {
+                "vp2p" => doc["templates"]["vp2p"].as_str().unwrap_or("-"),
+                "nvidia" => doc["templates"]["nvidia"].as_str().unwrap_or("-"),
+                _ => "generated",
+            };
+            println!(
+                "{:<40} {:<9} {:>6} {:>8} {:>8}  {templates}",
+                f.display(),
+                p,
+                sum(|s| s.well_placed),
+                sum(|s| s.refused),
+                sum(|s| s.arrived)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A saved `--json` document, its schema checked.
+fn read_saved(f: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?;
     let doc: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", f.display()))?;
     if doc["schema"] != "vp2p.fleet/2" {
@@ -364,6 +429,12 @@ fn print_saved(f: &std::path::Path) -> anyhow::Result<()> {
             doc["schema"]
         );
     }
+    Ok(doc)
+}
+
+/// `--report FILE`: the tables and goals of a saved run.
+fn print_saved(f: &std::path::Path) -> anyhow::Result<()> {
+    let doc = read_saved(f).with_context(|| "--report")?;
     let runs: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
         .with_context(|| format!("{}: `runs` is not a list of fleet counts", f.display()))?;
     let optima: Vec<OptimumRecord> = serde_json::from_value(doc["optima"].clone())

@@ -591,6 +591,50 @@ fn on_partitioned_nodes_both_policies_take_whole_partitions() {
     }
 }
 
+/// The tuning candidates of scripts/fleet-tune.sh read as their policy's
+/// three templates (the names the fleet's pods ask for), each asking its
+/// size's GPUs in every alternative.
+#[test]
+fn the_tuning_candidates_are_each_policys_three_templates() {
+    use p2p_fleet::policy::{templates, Policy};
+    let dir = repo_root().join("tests/fleet/templates");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let f = e.unwrap().path();
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let (policy, docs) = if name.starts_with("vp2p-") {
+            (
+                Policy::Vp2p,
+                templates(Policy::Vp2p, &f, None, "t").unwrap(),
+            )
+        } else if name.starts_with("nvidia-") {
+            let shipped = repo_root().join(p2p_fleet::policy::TIERED);
+            (
+                Policy::Nvidia,
+                templates(Policy::Nvidia, &shipped, Some(&f), "t").unwrap(),
+            )
+        } else {
+            panic!("{name}: a candidate is vp2p-*.yaml or nvidia-*.yaml");
+        };
+        let names: Vec<&str> = docs
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap())
+            .collect();
+        let want: Vec<String> = [2, 4, 8].iter().map(|g| policy.template_name(*g)).collect();
+        assert_eq!(names, want, "{name}");
+        for (d, g) in docs.iter().zip([2, 4, 8]) {
+            for alt in d["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+                .as_array()
+                .unwrap()
+            {
+                assert_eq!(alt["count"], g, "{name}: {alt}");
+            }
+        }
+        seen += 1;
+    }
+    assert!(seen >= 2, "a candidate for each policy");
+}
+
 /// The shipped tiered templates, as docs/kubevirt.md describes them: the
 /// alternatives in order, each but `anywhere` held by its attribute, and in
 /// the four-GPU template each PCIe level's constraint holding every nearer
