@@ -614,7 +614,7 @@ fn the_committed_fleet_counts_format_adds_up_and_each_table_is_their_report() {
 
 fn committed_counts_add_up(json: &Path) {
     let dir = json.parent().unwrap();
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert_eq!(doc["schema"], "vp2p.fleet/2");
     let runs = doc["runs"].as_array().unwrap();
     let mut keys = BTreeSet::new();
