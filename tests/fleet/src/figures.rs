@@ -352,27 +352,12 @@ pub fn bounds_text(runs: &[RunCount], optima: &[OptimumRecord]) -> String {
         };
         let mut line = format!("[{}] seed {}: VMs {what}: {best}", o.regime, o.seed);
         if let Some(v) = run_of(runs, "vp2p", &o.regime, o.seed) {
+            let well = o.objective == "well";
+            let pick = |placed: u32, well_placed: u32| if well { well_placed } else { placed };
             let got: Option<u32> = if every {
-                v.every_arrival.map(|e| {
-                    if o.objective == "well" {
-                        e.well_placed
-                    } else {
-                        e.placed
-                    }
-                })
+                v.every_arrival.map(|e| pick(e.placed, e.well_placed))
             } else {
-                Some(
-                    v.sizes
-                        .iter()
-                        .map(|s| {
-                            if o.objective == "well" {
-                                s.well_placed
-                            } else {
-                                s.placed
-                            }
-                        })
-                        .sum(),
-                )
+                Some(v.sizes.iter().map(|s| pick(s.placed, s.well_placed)).sum())
             };
             // A packing not proven the most is no reference; its bound is.
             let (reference, of) = match o.count {

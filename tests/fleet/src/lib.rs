@@ -137,6 +137,22 @@ impl FleetReport {
             "optima": self.optima,
         })
     }
+
+    /// Writes the `--json` document to `path`; `seeds_done` marks a run
+    /// still under way (the seeds it finished).
+    pub fn write(
+        &self,
+        cfg: &FleetConfig,
+        path: &std::path::Path,
+        seeds_done: Option<u64>,
+    ) -> Result<(), String> {
+        let mut doc = self.to_json(cfg);
+        if let Some(seed) = seeds_done {
+            doc["seeds_done"] = json!(seed);
+        }
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+    }
 }
 
 /// Runs the benchmark.
@@ -364,10 +380,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 throughput: throughput.clone(),
                 gpus: gpus.clone(),
             };
-            let mut doc = partial.to_json(cfg);
-            doc["seeds_done"] = json!(seed);
-            let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            partial.write(cfg, path, Some(seed))?;
             eprintln!(
                 "fleet: seed {seed} done: counts so far in {}",
                 path.display()

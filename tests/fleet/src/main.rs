@@ -230,14 +230,12 @@ fn main() -> anyhow::Result<()> {
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--kubeconfig")
                 .arg(cp.kubeconfig())
-                .args([
-                    "--pod-label",
-                    &format!("{}=vp2p", fleet::cluster::POLICY_LABEL),
-                ])
-                .args([
-                    "--pod-label",
-                    &format!("{}=kubevirt", fleet::cluster::POLICY_LABEL),
-                ])
+                .args([Policy::Vp2p, Policy::Kubevirt].iter().flat_map(|p| {
+                    [
+                        "--pod-label".to_string(),
+                        format!("{}={}", fleet::cluster::POLICY_LABEL, p.name()),
+                    ]
+                }))
                 .stderr(std::fs::File::create(work.join("extender.log"))?)
                 .spawn()
                 .context("starting p2p-host dra extender")?,
@@ -334,9 +332,7 @@ fn main() -> anyhow::Result<()> {
         println!("kube-scheduler log: {n} line(s) with \"timed out trying to allocate devices\"");
     }
     if let Some(path) = &a.json {
-        let doc = report.to_json(&cfg);
-        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        report.write(&cfg, path, None).map_err(anyhow::Error::msg)?;
         eprintln!("fleet: counts in {}", path.display());
     }
     Ok(())
@@ -391,7 +387,11 @@ fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
         let doc = read_saved(f)?;
         let runs: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
             .with_context(|| format!("{}: `runs` is not a list of fleet counts", f.display()))?;
-        for p in ["vp2p", "nvidia", "count", "kubevirt"] {
+        for p in Policy::ALL
+            .iter()
+            .filter(|p| p.scheduled())
+            .map(|p| p.name())
+        {
             let of: Vec<&RunCount> = runs.iter().filter(|r| r.policy == p).collect();
             if of.is_empty() {
                 continue;

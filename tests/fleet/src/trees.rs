@@ -283,9 +283,8 @@ fn shape(d: &Path, name: &str, work: &Path, p2p_host: &Path) -> Result<Shape, St
     let fm_list = if fm.is_file() {
         slice_args.push("--fm-partitions".into());
         slice_args.push(fm.display().to_string());
-        let text = std::fs::read_to_string(&fm).map_err(|e| format!("{}: {e}", fm.display()))?;
-        p2p_allocation::chooser::parse_fmpm_list(&text)
-            .map_err(|e| format!("{}: {e}", fm.display()))?
+        // The DRA driver's own reader: bounded, the file named in errors.
+        p2p_host_kube::dra_driver::fm_partitions::read(&fm)?
     } else {
         Vec::new()
     };

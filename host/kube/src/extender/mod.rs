@@ -107,8 +107,8 @@ pub fn ask_of(claim_specs: &[Value], gpu_class: &str, nic_class: &str) -> Ask {
 pub struct DriverView {
     /// Node name -> its devices.
     pub devices: BTreeMap<String, Vec<Device>>,
-    /// (pool, device) held by an allocated claim.
-    pub taken: BTreeSet<(String, String)>,
+    /// Pool -> its devices held by an allocated claim.
+    pub taken: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl DriverView {
@@ -131,7 +131,10 @@ impl DriverView {
             for r in results.as_array().into_iter().flatten() {
                 if r["driver"] == driver {
                     if let (Some(p), Some(d)) = (r["pool"].as_str(), r["device"].as_str()) {
-                        view.taken.insert((p.to_string(), d.to_string()));
+                        view.taken
+                            .entry(p.to_string())
+                            .or_default()
+                            .insert(d.to_string());
                     }
                 }
             }
@@ -146,12 +149,13 @@ impl DriverView {
             .iter()
             .map(|n| {
                 let devices = self.devices.get(n).map(Vec::as_slice).unwrap_or(&[]);
+                // vp2p's pool is named after its node.
+                let taken = self.taken.get(n);
                 let candidates: Vec<Candidate<'_>> = devices
                     .iter()
                     .map(|device| Candidate {
                         device,
-                        // vp2p's pool is named after its node.
-                        free: !self.taken.contains(&(n.clone(), device.name.clone())),
+                        free: !taken.is_some_and(|t| t.contains(&device.name)),
                     })
                     .collect();
                 let score = best_fit(driver, &candidates, ask).map_or(0, |f| f.score());
@@ -164,8 +168,18 @@ impl DriverView {
     }
 }
 
-/// Answers one prioritize call: the pod's claims read, the slices and
-/// claims listed, every candidate node scored.
+/// Every node of `nodes` scored 0: the extender leaves the pod to the
+/// scheduler's own scores.
+fn neutral(nodes: Vec<String>) -> Vec<HostPriority> {
+    nodes
+        .into_iter()
+        .map(|host| HostPriority { host, score: 0 })
+        .collect()
+}
+
+/// Answers one prioritize call: the claims listed (the pod's among them,
+/// read alone only when the list does not hold it yet), the slices listed,
+/// every candidate node scored.
 pub async fn prioritize(
     api: &ApiServer,
     settings: &Settings,
@@ -178,25 +192,28 @@ pub async fn prioritize(
             .iter()
             .any(|(k, v)| args.pod["metadata"]["labels"][k] == v.as_str());
     if !labelled {
-        return Ok(nodes
-            .into_iter()
-            .map(|host| HostPriority { host, score: 0 })
-            .collect());
+        return Ok(neutral(nodes));
     }
     let namespace = args.pod["metadata"]["namespace"]
         .as_str()
         .unwrap_or("default");
+    let claims = api.list_all(&objects::claims(), None).await?;
     let mut specs = Vec::new();
     for name in args.claim_names() {
-        let claim = api.claim_object(namespace, &name).await?;
-        specs.push(objects::spec(&claim).clone());
+        let listed = claims.iter().find(|c| {
+            c["metadata"]["namespace"] == namespace && c["metadata"]["name"] == name.as_str()
+        });
+        match listed {
+            Some(c) => specs.push(c["spec"].clone()),
+            None => {
+                let claim = api.claim_object(namespace, &name).await?;
+                specs.push(objects::spec(&claim).clone());
+            }
+        }
     }
     let ask = ask_of(&specs, &settings.gpu_class, &settings.nic_class);
     if ask.gpus == 0 {
-        return Ok(nodes
-            .into_iter()
-            .map(|host| HostPriority { host, score: 0 })
-            .collect());
+        return Ok(neutral(nodes));
     }
     let slices = api
         .list_all(
@@ -204,7 +221,6 @@ pub async fn prioritize(
             Some(&format!("spec.driver={}", settings.driver)),
         )
         .await?;
-    let claims = api.list_all(&objects::claims(), None).await?;
     let view = DriverView::from_objects(&settings.driver, &slices, &claims);
     Ok(view.scores(&settings.driver, &nodes, ask))
 }
