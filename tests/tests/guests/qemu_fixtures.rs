@@ -76,7 +76,7 @@ fn tables_list_every_pair_once() {
 /// QEMU trees whose expectations live with another test: the vfio-user GPU
 /// topology of the injection end-to-end test (tests/tests/guests/e2e_injection.rs),
 /// the pcie-costs trees of tests/tests/host/check_pcie_costs.rs, and the fleet's
-/// 8-GPU shapes (tests/fleet/tests/fleet.rs, pairs as boot.sh lays them out; the
+/// 8-GPU shapes (tests/fleet/tests/fleet/trees.rs, pairs as boot.sh lays them out; the
 /// eight-gpu tree also in tests/tests/kubernetes/kube_dra.rs).
 const TESTED_ELSEWHERE: [&str; 6] = [
     "qemu-11.1-vfio-user-gpus",

@@ -1,0 +1,114 @@
+//! The counted runs committed under docs/results.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use p2p_tests::repo_root;
+use serde_json::Value;
+
+/// docs/results' counted fleet runs: the format of their counts (one run per
+/// policy, regime and seed; per size, placed and refused add up to arrived,
+/// the same arrivals for every policy of a regime and seed; the optima only
+/// in fill, proven or marked not), and the tables and goals `--report`
+/// prints of each `NAME.json` are the ones in its table (`table.txt` for
+/// fleet.json, `NAME-table.txt` for the others).
+#[test]
+fn the_committed_fleet_counts_format_adds_up_and_each_table_is_their_report() {
+    let dir = repo_root().join("docs/results/dev-2vcpu-2026-11-29-fleet-counts");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(files.iter().any(|f| f.ends_with("fleet.json")), "{files:?}");
+    for json in &files {
+        committed_counts_add_up(json);
+    }
+}
+
+fn committed_counts_add_up(json: &Path) {
+    let dir = json.parent().unwrap();
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "vp2p.fleet/2");
+    let runs = doc["runs"].as_array().unwrap();
+    let mut keys = BTreeSet::new();
+    for r in runs {
+        let (policy, regime) = (r["policy"].as_str().unwrap(), r["regime"].as_str().unwrap());
+        keys.insert((policy, regime, r["seed"].as_u64().unwrap()));
+        if policy.starts_with("optimum") || policy == "greedy" {
+            assert_eq!(regime, "fill", "{policy} runs only in fill");
+        }
+        assert!(doc["seeds"].as_array().unwrap().contains(&r["seed"]), "{r}");
+        for s in r["sizes"].as_array().unwrap() {
+            let n = |k: &str| s[k].as_u64().unwrap();
+            assert_eq!(
+                n("placed") + n("refused"),
+                n("arrived"),
+                "{policy} {regime}: {s}"
+            );
+            assert!(n("well_placed") <= n("placed"), "{s}");
+            if let Some(by) = s["by_class"].as_object() {
+                assert_eq!(by.len(), 6, "{s}");
+                assert_eq!(
+                    by.values().map(|v| v.as_u64().unwrap()).sum::<u64>(),
+                    n("placed")
+                );
+            }
+        }
+        let same = runs
+            .iter()
+            .find(|o| o["regime"] == r["regime"] && o["seed"] == r["seed"] && o["policy"] == "vp2p")
+            .unwrap();
+        let arrived = |x: &Value| -> Vec<u64> {
+            x["sizes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["arrived"].as_u64().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            arrived(r),
+            arrived(same),
+            "{policy} {regime}: the same arrivals as vp2p"
+        );
+    }
+    assert_eq!(
+        keys.len(),
+        runs.len(),
+        "one run per policy, regime and seed"
+    );
+    for o in doc["optima"].as_array().unwrap() {
+        let fill = o["regime"] == "fill";
+        assert_eq!(o["count"].is_u64(), fill, "{o}");
+        assert_eq!(o["exact"].is_boolean(), fill, "{o}");
+        if let Some(c) = o["count"].as_u64() {
+            assert!(c as f64 <= o["bound"].as_f64().unwrap() + 1e-6, "{o}");
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("--report")
+        .arg(json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    let stem = json.file_stem().unwrap().to_string_lossy();
+    let table_file = if stem == "fleet" {
+        dir.join("table.txt")
+    } else {
+        dir.join(format!("{stem}-table.txt"))
+    };
+    let table = std::fs::read_to_string(&table_file).unwrap();
+    assert!(
+        table.contains(report.as_ref()),
+        "{} does not hold `fleet --report`'s output:\n{report}",
+        table_file.display()
+    );
+}
