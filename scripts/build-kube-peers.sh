@@ -11,13 +11,21 @@
 #
 # Needs Go at least as new as tests/kube/go.mod's `go` line and the Go module
 # proxy (the ordinary `go` client downloads the modules once into its module
-# cache; later builds use the cache and Go's build cache).
+# cache). A second run with the same inputs (Go, tests/kube, this script;
+# target/kube-peers/inputs) does nothing; a build uses a build cache of its
+# own, deleted at the end.
 set -euo pipefail
 # shellcheck source=scripts/go-lib.sh
 . "$(dirname "$0")/go-lib.sh"
 
 require_go tests/kube "the Kubernetes test peers"
 out="$(go_out_dir kube-peers)"
+inputs="$(go_inputs tests/kube "$0")"
+if ! go_build_needed "$out" "$inputs" kube-peers helm kubelet kube-proxy pause; then
+    log "kube-peers in $out is up to date"
+    exit 0
+fi
+go_private_cache
 log "building kube-peers with Go $GO_VERSION (k8s.io/kubernetes $(go_requires tests/kube k8s.io/kubernetes)) into $out"
 cd "$VP2P_ROOT/tests/kube"
 # -mod=readonly: go.sum as committed; a missing module is downloaded by the go client.
@@ -39,3 +47,4 @@ for cmd in kubelet kube-proxy; do
 done
 CGO_ENABLED=0 go build -mod=readonly -ldflags "-s -w" -o "$out/pause.new" ./pause
 for bin in kube-peers helm kubelet kube-proxy pause; do mv "$out/$bin.new" "$out/$bin"; done
+printf '%s\n' "$inputs" >"$out/inputs"

@@ -36,3 +36,32 @@ go_out_dir() {
     local out="${CARGO_TARGET_DIR:-$VP2P_ROOT/target}/$1"
     mkdir -p "$out" && printf '%s\n' "$out"
 }
+
+# go_inputs MODULE_DIR SCRIPT: one line naming what a build of MODULE_DIR by SCRIPT depends on:
+# the Go version, and a hash of the module's go.mod, go.sum, its scripts and
+# every .go file under it.
+go_inputs() {
+    local module="$VP2P_ROOT/$1" script="$2"
+    printf 'go %s %s\n' "$GO_VERSION" "$(
+        { find "$module" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 \
+            | sort -z | xargs -0 sha256sum
+          sha256sum "$script" "$VP2P_ROOT/scripts/go-lib.sh"; } | sha256sum | cut -d' ' -f1)"
+}
+
+# go_build_needed OUT INPUTS BIN...: true unless OUT/inputs reads INPUTS and
+# every BIN is in OUT, that is unless the last build was of the same inputs.
+go_build_needed() {
+    local out="$1" inputs="$2" bin; shift 2
+    [ "$(cat "$out/inputs" 2>/dev/null)" = "$inputs" ] || return 0
+    for bin in "$@"; do [ -x "$out/$bin" ] || return 0; done
+    return 1
+}
+
+# go_private_cache: builds into a build cache of their own, deleted on exit.
+# The binaries are what is kept (OUT/inputs says of what); the cache of a
+# Kubernetes build is gigabytes a machine would carry for nothing.
+go_private_cache() {
+    GOCACHE="$(mktemp -d "${TMPDIR:-/tmp}/vp2p-gocache.XXXXXX")"
+    export GOCACHE
+    trap 'chmod -R u+w "$GOCACHE" 2>/dev/null; rm -rf "$GOCACHE"' EXIT
+}

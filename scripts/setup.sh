@@ -10,7 +10,8 @@
 #   name and tests/tests/project/pictures/ renders them with), strace (tests/tests/project/crate_edges.rs
 #   watches which commands start an async runtime), procps (scripts/test.sh looks
 #   for processes the suite left with ps), umoci (scripts/image.sh builds the OCI images),
-#   e2fsprogs (mkfs.ext4 -d makes the sandbox node's disks);
+#   e2fsprogs (mkfs.ext4 -d makes the sandbox node's disks), qemu-utils (qemu-img: each
+#   sandbox node's root is a qcow2 overlay over the cached image);
 # - scripts/qemu/setup.sh: QEMU 11.1 from trixie-backports, a Debian cloud kernel,
 #   busybox and pciutils for the guest initramfs (under $VP2P_CACHE);
 # - the sandbox node's disk (scripts/qemu/node.sh root): Debian unstable with
@@ -32,7 +33,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 need=()
-for p in qemu-system-x86 libvirt-clients libxml2-utils pciutils debootstrap cpio unzip fonts-dejavu-core strace procps umoci e2fsprogs; do
+for p in qemu-system-x86 libvirt-clients libxml2-utils pciutils debootstrap cpio unzip fonts-dejavu-core strace procps umoci e2fsprogs qemu-utils; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -20,6 +20,11 @@ trap 'rm -f "$VP2P_CLOCK"' EXIT
 export CARGO_INCREMENTAL=0
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 
+# Free disk where target/ and the temporary files go, before and after: the
+# suite needs some gigabytes (the summary prints both).
+free_disk() { df -h --output=avail "$target" "${TMPDIR:-/tmp}" 2>/dev/null | tail -n +2 | xargs; }
+disk_before="$(free_disk)"
+
 begin=$(now_ms)
 start=$(now_ms)
 setup="$(bash scripts/setup.sh)"
@@ -56,6 +61,7 @@ awk -F'\t' '/^test: / { s += $2 } END { printf "%8.1f  tests, all binaries\n", s
 awk -F'\t' '/^total/ { printf "%8.1f  total\n", $2 }' "$VP2P_CLOCK"
 
 echo
+echo "== free disk (target/, then the temporary directory): before $disk_before; after $(free_disk)"
 echo "== target/ after the run"
 for d in "$target" "$target"/debug "$target"/debug/* "$target"/package "$target"/kube-peers; do
     if [ -e "$d" ]; then du -sh "$d"; fi

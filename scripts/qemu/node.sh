@@ -15,8 +15,9 @@
 #       boot NODE (default vp2p-node) for the control plane in CPDIR, started
 #       with CPDIR/node-network (kube-sandbox.sh up DIR --node writes it);
 #       wait until the Node is Ready
-#   bash scripts/qemu/node.sh down CPDIR [--name NODE]
-#       power the node off (its disk is kept in CPDIR/nodes/NODE)
+#   bash scripts/qemu/node.sh down CPDIR [--name NODE] [--discard]
+#       power the node off; its disk is kept in CPDIR/nodes/NODE for the next
+#       `up`, or with --discard deleted (its console log stays)
 #   bash scripts/qemu/node.sh exec CPDIR [--name NODE] -- COMMAND [ARG]...
 #       run COMMAND on the node as root (QEMU's guest agent, guest-exec);
 #       its output and exit status are the command's
@@ -154,7 +155,10 @@ up() {
     img="$(root_image)"; init="$(initrd)"
     mkdir -p "$nd"
     rm -f "$nd/console.log" "$nd/qga.sock" "$nd/qmp.sock"
-    [ -f "$nd/root.img" ] || cp --sparse=always "$img" "$nd/root.img"
+    # The node writes to an overlay over the cached image (qemu-img from
+    # qemu-utils): a node costs its own writes on disk, not a copy of the root.
+    [ -f "$nd/root.qcow2" ] || qemu-img create -q -f qcow2 -b "$img" -F raw "$nd/root.qcow2" \
+        || die "qemu-img create of $nd/root.qcow2 over $img failed"
 
     port="$(api_port "$cp")"
     seed="$nd/seed"
@@ -176,7 +180,7 @@ up() {
         -device intel-iommu,intremap=on,caching-mode=on
         -kernel "$VP2P_KERNEL" -initrd "$init"
         -append "console=ttyS0 root=/dev/vda rw intel_iommu=on net.ifnames=0 systemd.show_status=1"
-        -drive "file=$nd/root.img,format=raw,if=none,id=root" -device virtio-blk-pci,drive=root
+        -drive "file=$nd/root.qcow2,format=qcow2,if=none,id=root" -device virtio-blk-pci,drive=root
         -drive "file=$nd/seed.img,format=raw,if=none,id=seed,readonly=on" -device virtio-blk-pci,drive=seed
         -netdev user,id=net0 -device virtio-net-pci,netdev=net0
         -device virtio-serial-pci
@@ -246,15 +250,19 @@ PY
 }
 
 down() {
-    local cp="$1" name="$2" nd="$1/nodes/$2" pid
-    [ -f "$nd/pid" ] || { log "node $name was not started in $cp"; return 0; }
-    pid="$(cat "$nd/pid")"
-    if kill -0 "$pid" 2>/dev/null; then
-        kill "$pid"
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-        kill -9 "$pid" 2>/dev/null || true
+    local cp="$1" name="$2" discard="$3" nd="$1/nodes/$2" pid
+    if [ -f "$nd/pid" ]; then
+        pid="$(cat "$nd/pid")"
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid"
+            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+        rm -f "$nd/pid"
+    else
+        log "node $name was not started in $cp"
     fi
-    rm -f "$nd/pid"
+    [ "$discard" = 0 ] || rm -rf "$nd/root.qcow2" "$nd/seed.img" "$nd/seed" "$nd/pause-image"
 }
 
 [ $# -ge 1 ] || usage_from_header
@@ -264,19 +272,20 @@ root) [ $# -eq 0 ] || usage_from_header; root_image ;;
 up|down|exec)
     [ $# -ge 1 ] || usage_from_header
     cp="$(cd "$1" && pwd)"; shift
-    name=vp2p-node timeout=900 images=()
+    name=vp2p-node timeout=900 images=() discard=0
     while [ $# -gt 0 ]; do
         case "$1" in
             --) shift; break ;;
             --name) [ $# -ge 2 ] || usage_from_header; name="$2"; shift 2 ;;
             --image) [ $# -ge 2 ] || usage_from_header; images+=("$(readlink -f "$2")"); shift 2 ;;
             --timeout) [ $# -ge 2 ] || usage_from_header; timeout="$2"; shift 2 ;;
+            --discard) [ "$verb" = down ] || usage_from_header; discard=1; shift ;;
             *) usage_from_header ;;
         esac
     done
     case "$verb" in
         up) up "$cp" "$name" "$timeout" "${images[@]}" ;;
-        down) down "$cp" "$name" ;;
+        down) down "$cp" "$name" "$discard" ;;
         exec) [ $# -ge 1 ] || usage_from_header; node_exec "$cp" "$name" "$@" ;;
     esac ;;
 *) usage_from_header ;;
