@@ -211,6 +211,7 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
             used[d] += 1;
         }
         let nodes: Vec<&Shape> = draw.iter().map(|&i| &shapes[i]).collect();
+        let node_shapes: Vec<&str> = nodes.iter().map(|s| s.name.as_str()).collect();
         let total: usize = nodes.iter().map(|s| s.gpus.len()).sum();
         gpus.push((seed, total));
         eprintln!("fleet: seed {seed}: {} nodes, {total} GPUs", nodes.len());
@@ -272,9 +273,10 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                     Policy::Greedy.name(),
                     regime,
                     seed,
-                    total,
+                    &node_shapes,
                     &outcomes,
                     tally::stranded(&free) as f64,
+                    total,
                 ));
             }
             if cfg.policies.contains(&Policy::Optimum) {
@@ -352,9 +354,10 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                             p.name(),
                             regime,
                             seed,
-                            total,
+                            &node_shapes,
                             &outcomes,
                             stranded,
+                            total,
                         ));
                         cl.clear().await?;
                         cl.drain_events();
@@ -459,6 +462,7 @@ fn optimum_run(
                 nic_classes: None,
                 refused: arrived - o.placed[i],
                 gpu_tiers: Default::default(),
+                by_shape: Default::default(),
                 schedule_ms_p50: None,
                 schedule_ms_p99: None,
                 filter_timeouts: 0,

@@ -221,6 +221,7 @@ fn main() -> anyhow::Result<()> {
             serde_yaml::to_string(&doc)?,
         )?;
     }
+    let mix = Mix::parse(&a.mix).map_err(|e| anyhow::anyhow!("--mix {}: {e}", a.mix))?;
     let cp = needs_kube.then(|| ControlPlane::start_at(&cp_dir));
     // vp2p's extender, scoring the pods of vp2p's and kubevirt's policies.
     let _extender = match (&cp, extender_port) {
@@ -234,6 +235,14 @@ fn main() -> anyhow::Result<()> {
                     [
                         "--pod-label".to_string(),
                         format!("{}={}", fleet::cluster::POLICY_LABEL, p.name()),
+                    ]
+                }))
+                // Room is kept for every size of the mix (it guards only
+                // the sizes larger than a pod's).
+                .args(mix.0.iter().flat_map(|e| {
+                    [
+                        "--keep".to_string(),
+                        format!("{}{}", e.gpus, if e.nic { "+nic" } else { "" }),
                     ]
                 }))
                 .stderr(std::fs::File::create(work.join("extender.log"))?)
@@ -259,7 +268,7 @@ fn main() -> anyhow::Result<()> {
         p2p_host,
         kubeconfig: cp.as_ref().map(|c| c.kubeconfig()).unwrap_or_default(),
         bound_instants: a.bound_instants.max(1),
-        mix: Mix::parse(&a.mix).map_err(|e| anyhow::anyhow!("--mix {}: {e}", a.mix))?,
+        mix,
         shape_weights: a
             .shape_weights
             .iter()

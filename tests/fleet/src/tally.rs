@@ -49,6 +49,10 @@ pub struct SizeCount {
     pub refused: u32,
     /// Placed VMs by the alternative their GPUs got (tiered claims).
     pub gpu_tiers: BTreeMap<String, u32>,
+    /// Placed VMs by their node's shape (where each size went: the room a
+    /// policy leaves for the others).
+    #[serde(default)]
+    pub by_shape: BTreeMap<String, u32>,
     /// The scheduler's time per pod, create to bound or refused, median (ms).
     pub schedule_ms_p50: Option<f64>,
     /// The same, 99th percentile (ms).
@@ -130,15 +134,17 @@ pub fn stranded(free: &[usize]) -> usize {
     free.iter().filter(|&&f| f < 2).sum()
 }
 
-/// The counts of `outcomes` (in arrival order) of a run under `regime`;
-/// `stranded_gpus` comes from whoever tracked the nodes.
+/// The counts of `outcomes` (in arrival order) of a run under `regime` on
+/// nodes of the shapes `node_shapes` names (by node index); `stranded_gpus`
+/// comes from whoever tracked the nodes.
 pub fn count(
     policy: &str,
     regime: &Regime,
     seed: u64,
-    fleet_gpus: usize,
+    node_shapes: &[&str],
     outcomes: &[Outcome],
     stranded_gpus: f64,
+    fleet_gpus: usize,
 ) -> RunCount {
     let (from, to) = regime.window();
     let counted: Vec<&Outcome> = outcomes
@@ -155,10 +161,16 @@ pub fn count(
                 .collect();
             let nic: Vec<Class> = placed.iter().filter_map(|(_, n)| *n).collect();
             let mut gpu_tiers = BTreeMap::new();
-            for o in of.iter().filter(|o| o.placed.is_some()) {
+            let mut by_shape = BTreeMap::new();
+            for o in of.iter() {
+                let Some((node, _, _)) = o.placed else {
+                    continue;
+                };
                 if let Some(t) = o.tiers.get("gpus") {
                     *gpu_tiers.entry(t.clone()).or_default() += 1;
                 }
+                let shape = node_shapes.get(node).copied().unwrap_or("?");
+                *by_shape.entry(shape.to_string()).or_default() += 1;
             }
             let mut times: Vec<f64> = of.iter().filter_map(|o| o.took_ms).collect();
             times.sort_by(f64::total_cmp);
@@ -171,6 +183,7 @@ pub fn count(
                 nic_classes: (!nic.is_empty()).then(|| class_counts(nic.iter())),
                 refused: of.iter().filter(|o| o.placed.is_none()).count() as u32,
                 gpu_tiers,
+                by_shape,
                 schedule_ms_p50: percentile(&times, 50.0),
                 schedule_ms_p99: percentile(&times, 99.0),
                 filter_timeouts: of.iter().map(|o| o.filter_timeouts).sum(),
@@ -245,13 +258,18 @@ mod tests {
             // After it: not counted, no hours.
             outcome(2, 3.5, 4.0, Some(Class::Pix)),
         ];
-        let c = count("vp2p", &regime, 1, 16, &outs, 0.0);
+        let c = count("vp2p", &regime, 1, &["two-socket"], &outs, 0.0, 16);
         assert_eq!(c.regime, "churn-100");
         let arrived: Vec<u32> = c.sizes.iter().map(|s| s.arrived).collect();
         assert_eq!(arrived, [0, 1, 1]);
         assert_eq!(c.sizes[1].by_class.as_ref().unwrap()["SYS"], 1);
         assert_eq!(c.sizes[1].well_placed, 0, "SYS is not within one NUMA node");
         assert_eq!(c.sizes[2].refused, 1);
+        assert_eq!(c.sizes[1].by_shape["two-socket"], 1);
+        assert!(
+            c.sizes[2].by_shape.is_empty(),
+            "the refused VM went nowhere"
+        );
         assert_eq!(c.gpu_hours_served, Some(5.0));
         assert_eq!(c.gpu_hours_asked, Some(9.0));
         // Every arrival: four, three placed, of which the 2-GPU VMs on PIX

@@ -47,7 +47,7 @@ enum DraCommand {
     Driver(DriverArgs),
     /// Run a kube-scheduler extender (prioritize verb) that scores each
     /// feasible node by the nearest level vp2p's free devices there offer a
-    /// pod's claims, and by whether the placement leaves a group broken
+    /// pod's claims, and by whether the placement costs the node a larger VM
     /// (docs/kubevirt.md, "Scheduler extender").
     Extender(ExtenderArgs),
 }
@@ -76,6 +76,11 @@ pub struct ExtenderArgs {
     /// pod when not given. Other pods get 0 on every node.
     #[arg(long, value_name = "KEY=VALUE")]
     pod_label: Vec<String>,
+    /// A larger VM to leave room for (repeatable): GPUs, +nic when it takes
+    /// a NIC. A node where a pod's devices would cost the room for one of
+    /// these scores a point less. The default is the shipped templates'.
+    #[arg(long, value_name = "ASK", default_values = ["4+nic", "8"])]
+    keep: Vec<p2p_allocation::dra::score::Ask>,
 }
 
 #[derive(Debug, Args)]
@@ -228,6 +233,7 @@ fn extender(a: ExtenderArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     p2p_host_kube::extender::run(p2p_host_kube::extender::Settings {
         pod_labels,
+        keep: a.keep,
         listen: a.listen,
         kubeconfig: a.kubeconfig,
         driver: a.driver_name,

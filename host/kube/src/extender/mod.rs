@@ -2,14 +2,15 @@
 //! list of KubeSchedulerConfiguration, prioritize verb) that scores each node
 //! the scheduler found feasible for a VM pod by how well vp2p's published
 //! devices there can serve the pod's claims: the nearest level its GPUs (and
-//! NIC) fit at, and whether the placement leaves a group broken
+//! NIC) fit at, and whether the devices the allocator will take there cost
+//! the node a larger VM (`--keep`) it could take before
 //! (p2p_allocation::dra::score). It reads the slices and the allocations from
 //! the API server at each call, so it holds no state of its own.
 //!
 //! The scheduler's own DRA scoring ranks a node by the alternative of the
 //! prioritized list each claim got there; this adds what it does not see: a
 //! claim with no prioritized list (KubeVirt's one-device requests), and the
-//! group a placement breaks.
+//! room a placement spoils.
 
 pub mod wire;
 
@@ -19,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use p2p_allocation::dra::score::{best_fit, Ask, Candidate};
+use p2p_allocation::dra::score::{fit_keeping, Ask, Candidate};
 use p2p_allocation::dra::{Device, ResourceSliceSpec};
 use serde_json::Value;
 
@@ -46,6 +47,9 @@ pub struct Settings {
     /// when empty. The others get 0 on every node, so the extender leaves
     /// them to the scheduler's own scores.
     pub pod_labels: Vec<(String, String)>,
+    /// The larger VMs a placement should leave room for: a node where the
+    /// pod's devices would cost one of these loses a point.
+    pub keep: Vec<Ask>,
 }
 
 /// Why the extender could not start or answer.
@@ -142,9 +146,15 @@ impl DriverView {
         view
     }
 
-    /// Each of `nodes` scored for `ask` (0 where it does not fit or has no
-    /// devices of the driver; every node 0 when the pod asks no GPU).
-    pub fn scores(&self, driver: &str, nodes: &[String], ask: Ask) -> Vec<HostPriority> {
+    /// Each of `nodes` scored for `ask`, keeping room for `keep` (0 where it
+    /// does not fit or has no devices of the driver).
+    pub fn scores(
+        &self,
+        driver: &str,
+        nodes: &[String],
+        ask: Ask,
+        keep: &[Ask],
+    ) -> Vec<HostPriority> {
         nodes
             .iter()
             .map(|n| {
@@ -158,7 +168,7 @@ impl DriverView {
                         free: !taken.is_some_and(|t| t.contains(&device.name)),
                     })
                     .collect();
-                let score = best_fit(driver, &candidates, ask).map_or(0, |f| f.score());
+                let score = fit_keeping(driver, &candidates, ask, keep).map_or(0, |f| f.score());
                 HostPriority {
                     host: n.clone(),
                     score,
@@ -222,7 +232,7 @@ pub async fn prioritize(
         )
         .await?;
     let view = DriverView::from_objects(&settings.driver, &slices, &claims);
-    Ok(view.scores(&settings.driver, &nodes, ask))
+    Ok(view.scores(&settings.driver, &nodes, ask, &settings.keep))
 }
 
 /// Runs the extender until the process is stopped: `POST /prioritize`.
@@ -351,7 +361,8 @@ mod tests {
                 "devices": [dev("g0", "sw0"), dev("g1", "sw0"), dev("g2", "sw1"), dev("g3", "sw1")]}})
         };
         // n1: g0 and g2 taken, so no switch holds a free pair (NUMA node
-        // only); n2: all free, a switch pair filled exactly.
+        // only); n2: all free, a switch pair, but it costs the node the four
+        // kept for (a point off).
         let claim = json!({"status": {"allocation": {"devices": {"results": [
             {"request": "gpus", "driver": "gpu.vp2p.io", "pool": "n1", "device": "g0"},
             {"request": "gpus", "driver": "gpu.vp2p.io", "pool": "n1", "device": "g2"}]}}}});
@@ -363,8 +374,12 @@ mod tests {
                 gpus: 2,
                 nic: false,
             },
+            &[Ask {
+                gpus: 4,
+                nic: false,
+            }],
         );
         let scores: Vec<(&str, i64)> = got.iter().map(|h| (h.host.as_str(), h.score)).collect();
-        assert_eq!(scores, [("n1", 2), ("n2", 8), ("n3", 0)]);
+        assert_eq!(scores, [("n1", 2), ("n2", 7), ("n3", 0)]);
     }
 }

@@ -1,9 +1,14 @@
 //! How well a node can serve one claim of vp2p's devices, from its published
 //! devices and which of them are free: the nearest level at which the claim's
-//! GPUs (and its NIC) fit, and how much of the group it takes them from is
-//! left broken. A scheduler extender (`p2p-host dra extender`) scores each
-//! feasible node by it, so a VM lands where its nearest level is free and
-//! where it breaks the fewest larger groups. Pure: devices in, a score out.
+//! GPUs (and its NIC) fit, and whether taking them costs the node a larger
+//! VM it could still take. A scheduler extender (`p2p-host dra extender`)
+//! scores each feasible node by it, so a VM lands where its nearest level is
+//! free and, among such nodes, where it spoils no room a larger VM needs.
+//! Pure: devices in, a score out.
+//!
+//! Which devices a claim takes is the scheduler's allocator's choice, not
+//! the extender's: [`taken_by`] follows its order (devices as published,
+//! the first group that fits), so the room left is the room it will leave.
 //!
 //! The levels are those of the shipped tiered claims, nearest first: a whole
 //! Fabric Manager partition of the claim's size (`fmPartition<N>`), NVLink
@@ -11,6 +16,8 @@
 //! (`cliquePix` .. `cliqueNode`), then anywhere on the node.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
 use super::{Device, DeviceAttribute};
 
@@ -21,6 +28,33 @@ pub struct Ask {
     pub gpus: usize,
     /// Whether the claim also asks for a NIC.
     pub nic: bool,
+}
+
+/// Why a text is not an [`Ask`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not an ask: GPUs, optionally +nic (e.g. 4+nic, 8)")]
+pub struct AskParseError(pub String);
+
+impl FromStr for Ask {
+    type Err = AskParseError;
+
+    /// `N` or `N+nic`, N at least 1.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (count, nic) = match s.strip_suffix("+nic") {
+            Some(c) => (c, true),
+            None => (s, false),
+        };
+        match count.parse::<usize>() {
+            Ok(gpus) if gpus > 0 => Ok(Ask { gpus, nic }),
+            _ => Err(AskParseError(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for Ask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.gpus, if self.nic { "+nic" } else { "" })
+    }
 }
 
 /// A level a claim's devices can share, nearest first.
@@ -90,6 +124,9 @@ pub struct Fit {
     /// Free GPUs the chosen group keeps after the claim (the smallest over
     /// the groups of that level it fits in): 0 when it fills a group exactly.
     pub left_in_group: usize,
+    /// Whether the devices the allocator takes for it leave the node unable
+    /// to take a larger kept ask it could take before ([`fit_keeping`]).
+    pub spoils: bool,
 }
 
 /// The most an extender may score a node (the scheduler's
@@ -98,7 +135,7 @@ pub const MAX_SCORE: i64 = 10;
 
 impl Fit {
     /// The node's score, 0 ..= [`MAX_SCORE`]: two points a level (both NVLink
-    /// levels alike), one taken off when the claim leaves its group broken.
+    /// levels alike), one taken off when the placement spoils a larger ask.
     pub fn score(self) -> i64 {
         let rank: i64 = match self.level {
             Level::FmPartition | Level::NvLink => 0,
@@ -108,8 +145,7 @@ impl Fit {
             Level::Node => 4,
             Level::Anywhere => 5,
         };
-        let broken = i64::from(self.left_in_group > 0 && self.level != Level::Anywhere);
-        (MAX_SCORE - 2 * rank - broken).max(0)
+        (MAX_SCORE - 2 * rank - i64::from(self.spoils)).max(0)
     }
 }
 
@@ -144,6 +180,7 @@ pub fn best_fit<'a>(driver: &str, devices: &[Candidate<'a>], ask: Ask) -> Option
             return (free >= ask.gpus).then(|| Fit {
                 level,
                 left_in_group: free - ask.gpus,
+                spoils: false,
             });
         };
         let partition = format!("fmPartition{}", ask.gpus);
@@ -180,10 +217,110 @@ pub fn best_fit<'a>(driver: &str, devices: &[Candidate<'a>], ask: Ask) -> Option
             return Some(Fit {
                 level,
                 left_in_group,
+                spoils: false,
             });
         }
     }
     None
+}
+
+/// [`best_fit`], with [`Fit::spoils`] set: whether the devices
+/// [`taken_by`] the claim at its level leave the node without a fit for one
+/// of `keep` (the asks larger than this one) that it had before.
+pub fn fit_keeping<'a>(
+    driver: &str,
+    devices: &[Candidate<'a>],
+    ask: Ask,
+    keep: &[Ask],
+) -> Option<Fit> {
+    let fit = best_fit(driver, devices, ask)?;
+    let taken = taken_by(driver, devices, ask, fit.level);
+    let after: Vec<Candidate<'a>> = devices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Candidate {
+            device: c.device,
+            free: c.free && !taken.contains(&i),
+        })
+        .collect();
+    let spoils = keep
+        .iter()
+        .filter(|k| k.gpus > ask.gpus)
+        .any(|&k| best_fit(driver, devices, k).is_some() && best_fit(driver, &after, k).is_none());
+    Some(Fit { spoils, ..fit })
+}
+
+/// The devices (indices into `devices`) the scheduler's allocator takes for
+/// `ask` at `level`: it walks the devices in their published order, so the
+/// group it takes is the one of the first free GPU whose group fits (with a
+/// free NIC of the same group at the PCIe levels), and of it the first free
+/// GPUs; the NIC is the first free one sharing the group, or at the NVLink
+/// levels and anywhere the first free one. Empty when the ask does not fit
+/// at that level.
+pub fn taken_by(driver: &str, devices: &[Candidate<'_>], ask: Ask, level: Level) -> Vec<usize> {
+    let attr = |i: usize, id: &str| {
+        devices[i]
+            .device
+            .attribute(driver, &format!("{driver}/{id}"))
+    };
+    let of_kind = |k: &str| -> Vec<usize> {
+        (0..devices.len())
+            .filter(|&i| attr(i, "kind").and_then(DeviceAttribute::as_str) == Some(k))
+            .collect()
+    };
+    let gpus = of_kind("gpu");
+    let free_nics: Vec<usize> = of_kind("nic")
+        .into_iter()
+        .filter(|&i| devices[i].free)
+        .collect();
+    let partition = format!("fmPartition{}", ask.gpus);
+    let Some(id) = level.attribute(ask.gpus) else {
+        let take: Vec<usize> = gpus
+            .iter()
+            .copied()
+            .filter(|&i| devices[i].free)
+            .take(ask.gpus)
+            .collect();
+        if take.len() < ask.gpus || (ask.nic && free_nics.is_empty()) {
+            return Vec::new();
+        }
+        return take
+            .into_iter()
+            .chain(free_nics.first().copied().filter(|_| ask.nic))
+            .collect();
+    };
+    let pcie = !matches!(level, Level::FmPartition | Level::NvLink);
+    let member = |i: usize| !(level == Level::NvLink && attr(i, &partition).is_some());
+    for &first in gpus.iter().filter(|&&i| devices[i].free && member(i)) {
+        let Some(value) = attr(first, &id) else {
+            continue;
+        };
+        let group: Vec<usize> = gpus
+            .iter()
+            .copied()
+            .filter(|&i| member(i) && attr(i, &id) == Some(value))
+            .collect();
+        let free: Vec<usize> = group.iter().copied().filter(|&i| devices[i].free).collect();
+        let whole = level != Level::FmPartition || group.len() == ask.gpus;
+        if !whole || free.len() < ask.gpus {
+            continue;
+        }
+        let nic = if !ask.nic {
+            None
+        } else if pcie {
+            match free_nics.iter().find(|&&n| attr(n, &id) == Some(value)) {
+                Some(&n) => Some(n),
+                None => continue,
+            }
+        } else {
+            match free_nics.first() {
+                Some(&n) => Some(n),
+                None => return Vec::new(),
+            }
+        };
+        return free.into_iter().take(ask.gpus).chain(nic).collect();
+    }
+    Vec::new()
 }
 
 #[cfg(test)]
@@ -329,6 +466,96 @@ mod tests {
         // only the NUMA node.
         let fit = best_fit(D, &with_free(&devs, &["g0", "g2"]), pair).unwrap();
         assert_eq!(fit.level, Level::Node);
+    }
+
+    #[test]
+    fn an_ask_reads_as_gpus_and_an_optional_nic() {
+        assert_eq!("4+nic".parse(), Ok(Ask { gpus: 4, nic: true }));
+        assert_eq!(
+            "8".parse(),
+            Ok(Ask {
+                gpus: 8,
+                nic: false
+            })
+        );
+        assert_eq!(Ask { gpus: 4, nic: true }.to_string(), "4+nic");
+        for bad in ["0", "nic", "4+gpu", ""] {
+            assert!(bad.parse::<Ask>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_allocator_takes_the_first_group_in_published_order_that_fits() {
+        // sw0 (four GPUs, listed first) and sw1 (two): the tightest switch
+        // for a pair is sw1, but the allocator walks g0 first.
+        let g = |n: &str, sw: &str| dev(n, "gpu", &[("cliquePix", sw), ("cliqueNode", "node0")]);
+        let devs = vec![
+            g("g0", "sw0"),
+            g("g1", "sw0"),
+            g("g2", "sw0"),
+            g("g3", "sw0"),
+            g("g4", "sw1"),
+            g("g5", "sw1"),
+        ];
+        let pair = Ask {
+            gpus: 2,
+            nic: false,
+        };
+        let free = with_free(&devs, &[]);
+        assert_eq!(best_fit(D, &free, pair).unwrap().left_in_group, 0);
+        assert_eq!(taken_by(D, &free, pair, Level::Pix), vec![0, 1]);
+        // g0 and g2 taken: sw0 keeps g1 and g3, the first free pair.
+        assert_eq!(
+            taken_by(D, &with_free(&devs, &["g0", "g2"]), pair, Level::Pix),
+            vec![1, 3]
+        );
+        // With a NIC asked at the switch and the NIC only on sw1, sw0 is
+        // passed over.
+        let mut with_nic = devs.clone();
+        with_nic.push(dev(
+            "n0",
+            "nic",
+            &[("cliquePix", "sw1"), ("cliqueNode", "node0")],
+        ));
+        let ask = Ask { gpus: 2, nic: true };
+        assert_eq!(
+            taken_by(D, &with_free(&with_nic, &[]), ask, Level::Pix),
+            vec![4, 5, 6]
+        );
+        // Four at one switch do not fit on sw1 alone: nothing.
+        assert!(taken_by(
+            D,
+            &with_free(&devs, &["g0"]),
+            Ask {
+                gpus: 4,
+                nic: false
+            },
+            Level::Pix
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn a_placement_that_costs_a_larger_kept_ask_scores_a_point_less() {
+        let devs = two_switches();
+        let pair = Ask {
+            gpus: 2,
+            nic: false,
+        };
+        let four = Ask { gpus: 4, nic: true };
+        // All free: the node takes four and the NIC (at the root port); a
+        // pair on sw0 leaves two GPUs: the four no longer fit.
+        let fit = fit_keeping(D, &with_free(&devs, &[]), pair, &[four]).unwrap();
+        assert_eq!((fit.level, fit.spoils, fit.score()), (Level::Pix, true, 7));
+        // The four did not fit before (g0 taken): nothing is spoiled.
+        let fit = fit_keeping(D, &with_free(&devs, &["g0"]), pair, &[four]).unwrap();
+        assert_eq!((fit.level, fit.spoils, fit.score()), (Level::Pix, false, 8));
+        // Only larger asks are kept: a pair does not guard pairs.
+        let fit = fit_keeping(D, &with_free(&devs, &[]), pair, &[pair]).unwrap();
+        assert!(!fit.spoils);
+        // The four itself spoils no larger ask.
+        let fit = fit_keeping(D, &with_free(&devs, &[]), four, &[four]).unwrap();
+        assert_eq!((fit.level, fit.spoils), (Level::Pxb, false));
     }
 
     #[test]
