@@ -566,8 +566,8 @@ fn shipped_manifests_validate_against_kubernetes_1_34_and_1_37() {
             "daemonset/vp2p-dra-driver",
         ],
     );
-    // RBAC: the verbs of the driver's calls (host/kube/src/dra_driver/
-    // api_server.rs); kube_dra_upgrade.rs shows each one needed against the
+    // RBAC: the verbs of the driver's calls (host/kube/src/kubelet_plugin/
+    // api_server/); kube_dra_upgrade.rs shows each one needed against the
     // real API server.
     let docs = read_yaml_docs(&dir.join("driver.yaml"));
     let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();

@@ -101,7 +101,7 @@ fn a_node_created_again_gets_its_slices_back_once_owned_by_the_new_node() {
 
 /// What the driver's token may do, as the real authorizer answers
 /// `kubectl auth can-i` for it: exactly the reads and writes of its calls
-/// (host/kube/src/kubelet_plugin/api_server.rs), nothing else. Claims and
+/// (host/kube/src/kubelet_plugin/api_server/), nothing else. Claims and
 /// Nodes are readable by name in every namespace (RBAC has no rule scoped
 /// to "allocated on my node" or "my Node", see docs/kubevirt.md), but not
 /// listable or watchable: a compromised driver cannot enumerate them.

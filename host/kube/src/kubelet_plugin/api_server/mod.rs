@@ -26,11 +26,13 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
-use p2p_allocation::dra::claim::ResourceClaim;
 use p2p_allocation::dra::ResourceSlice;
 use tokio_stream::StreamExt;
 
-use super::claims::{ClaimRef, ClaimSource};
+mod reads;
+
+pub use reads::ApiClaims;
+
 use super::objects;
 
 /// Why the API server could not be reached or answered an error.
@@ -428,90 +430,5 @@ impl ApiServer {
     /// How long one request may take.
     pub fn timeout(&self) -> Duration {
         self.timeout
-    }
-
-    /// Every object of `resource` in the cluster as JSON, `fields` a field
-    /// selector (the scheduler extender reads all slices and claims). Served
-    /// from the API server's watch cache (resourceVersion 0: any version,
-    /// no read from etcd), so it may trail the newest write by moments.
-    pub async fn list_all(
-        &self,
-        resource: &kube::api::ApiResource,
-        fields: Option<&str>,
-    ) -> Result<Vec<serde_json::Value>, ApiError> {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let mut lp = ListParams::default().match_any();
-        if let Some(f) = fields {
-            lp = lp.fields(f);
-        }
-        let what = format!("listing {}", resource.plural);
-        let list = self.call(what.clone(), api.list(&lp)).await?;
-        list.items
-            .into_iter()
-            .map(|o| serde_json::to_value(o).map_err(converting(&what)))
-            .collect()
-    }
-
-    /// The ResourceClaim `namespace/name` as the API server sends it (its
-    /// status whole: the pods it is reserved for).
-    pub async fn claim_object(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<DynamicObject, ApiError> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &objects::claims());
-        self.call(
-            format!("reading ResourceClaim {namespace}/{name}"),
-            api.get(name),
-        )
-        .await
-    }
-
-    /// The ResourceClaim `namespace/name`, read within `within` or the
-    /// connection's timeout, whichever is shorter.
-    pub async fn claim(
-        &self,
-        namespace: &str,
-        name: &str,
-        within: Duration,
-    ) -> Result<ResourceClaim, ApiError> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &objects::claims());
-        let what = format!("ResourceClaim {namespace}/{name}");
-        let reading = format!("reading {what}");
-        let obj = Self::within(&reading, within.min(self.timeout), api.get(name))
-            .await?
-            .map_err(request(reading))?;
-        objects::claim(obj).map_err(converting(&what))
-    }
-}
-
-/// Claims read from the API server, from the blocking threads prepare runs on.
-#[derive(Debug, Clone)]
-pub struct ApiClaims {
-    /// The connection.
-    pub api: ApiServer,
-    /// The runtime the connection lives on.
-    pub runtime: tokio::runtime::Handle,
-}
-
-impl ClaimSource for ApiClaims {
-    fn claim(&self, claim: &ClaimRef, within: Duration) -> Result<ResourceClaim, String> {
-        self.runtime
-            .block_on(self.api.claim(&claim.namespace, &claim.name, within))
-            .map_err(|e| e.to_string())
-    }
-
-    /// Gone on 404, or when the claim of that name has another uid.
-    fn exists(&self, claim: &ClaimRef, within: Duration) -> Result<bool, String> {
-        match self
-            .runtime
-            .block_on(self.api.claim(&claim.namespace, &claim.name, within))
-        {
-            Ok(c) => Ok(c.metadata.uid == claim.uid),
-            Err(e) if e.is_not_found() => Ok(false),
-            Err(e) => Err(e.to_string()),
-        }
     }
 }
