@@ -70,6 +70,8 @@ pub struct FleetConfig {
     pub shape_weights: Vec<(String, u32)>,
     /// vp2p's scheduler extender's weight, when the run has one.
     pub extender: Option<u32>,
+    /// The sizes the extender keeps room for (its `--keep`).
+    pub extender_keep: Vec<String>,
     /// Where the counts so far are written after each seed (the `--json`
     /// file; `seeds_done` says how far it got).
     pub checkpoint: Option<PathBuf>,
@@ -118,7 +120,7 @@ impl FleetReport {
                 Regime::Churn { load, warmup, window } => json!({"name": r.name(), "load": load, "warmup": warmup, "window": window}),
             }).collect::<Vec<_>>(),
             "seeds": cfg.seed_list(),
-            "extender": cfg.extender,
+            "extender": cfg.extender.map(|w| json!({"weight": w, "keep": cfg.extender_keep})),
             "templates": {
                 "vp2p": cfg.vp2p_templates.strip_prefix(&cfg.repo).unwrap_or(&cfg.vp2p_templates),
                 "nvidia": cfg.nvidia_templates.as_ref().map_or("generated".into(), |p| p.display().to_string()),

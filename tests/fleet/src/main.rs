@@ -83,6 +83,10 @@ struct Args {
     /// kubevirt policies' pods only (its log: WORK/extender.log).
     #[arg(long, value_name = "WEIGHT")]
     extender: Option<u32>,
+    /// The sizes the extender keeps room for (its `--keep`), comma-separated,
+    /// e.g. 4+nic,8; default: every size of --mix.
+    #[arg(long, value_delimiter = ',', value_name = "ASK")]
+    extender_keep: Vec<String>,
     /// The nvidia policy's claim templates, as --templates is vp2p's: a
     /// file holding nvidia-2, nvidia-4 and nvidia-8 (default: the ones
     /// generated from NVIDIA's attributes, docs/fleet.md).
@@ -222,6 +226,14 @@ fn main() -> anyhow::Result<()> {
         )?;
     }
     let mix = Mix::parse(&a.mix).map_err(|e| anyhow::anyhow!("--mix {}: {e}", a.mix))?;
+    let keep: Vec<String> = if a.extender_keep.is_empty() {
+        mix.0
+            .iter()
+            .map(|e| format!("{}{}", e.gpus, if e.nic { "+nic" } else { "" }))
+            .collect()
+    } else {
+        a.extender_keep.clone()
+    };
     let cp = needs_kube.then(|| ControlPlane::start_at(&cp_dir));
     // vp2p's extender, scoring the pods of vp2p's and kubevirt's policies.
     let _extender = match (&cp, extender_port) {
@@ -237,14 +249,9 @@ fn main() -> anyhow::Result<()> {
                         format!("{}={}", fleet::cluster::POLICY_LABEL, p.name()),
                     ]
                 }))
-                // Room is kept for every size of the mix (it guards only
-                // the sizes larger than a pod's).
-                .args(mix.0.iter().flat_map(|e| {
-                    [
-                        "--keep".to_string(),
-                        format!("{}{}", e.gpus, if e.nic { "+nic" } else { "" }),
-                    ]
-                }))
+                // Room is kept for every size of the mix unless told (it
+                // guards only the sizes larger than a pod's).
+                .args(keep.iter().flat_map(|k| ["--keep".to_string(), k.clone()]))
                 .stderr(std::fs::File::create(work.join("extender.log"))?)
                 .spawn()
                 .context("starting p2p-host dra extender")?,
@@ -284,6 +291,7 @@ fn main() -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?,
         checkpoint: a.json.clone(),
         extender: a.extender,
+        extender_keep: keep,
     };
     let report = fleet::run(&cfg).map_err(anyhow::Error::msg)?;
     println!(

@@ -124,8 +124,8 @@ pub struct Fit {
     /// Free GPUs the chosen group keeps after the claim (the smallest over
     /// the groups of that level it fits in): 0 when it fills a group exactly.
     pub left_in_group: usize,
-    /// Whether the devices the allocator takes for it leave the node unable
-    /// to take a larger kept ask it could take before ([`fit_keeping`]).
+    /// Whether the devices the allocator takes for it leave the node room
+    /// for fewer of a larger kept ask than before ([`fit_keeping`], [`room`]).
     pub spoils: bool,
 }
 
@@ -224,9 +224,28 @@ pub fn best_fit<'a>(driver: &str, devices: &[Candidate<'a>], ask: Ask) -> Option
     None
 }
 
+/// How many claims of `ask` the node's free devices hold, each placed at
+/// its best level as the allocator would take it ([`taken_by`]) before the
+/// next: the room a node has for one size.
+pub fn room(driver: &str, devices: &[Candidate<'_>], ask: Ask) -> usize {
+    let mut left: Vec<Candidate<'_>> = devices.to_vec();
+    let mut n = 0;
+    while let Some(fit) = best_fit(driver, &left, ask) {
+        let taken = taken_by(driver, &left, ask, fit.level);
+        if taken.is_empty() {
+            break;
+        }
+        for i in taken {
+            left[i].free = false;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// [`best_fit`], with [`Fit::spoils`] set: whether the devices
-/// [`taken_by`] the claim at its level leave the node without a fit for one
-/// of `keep` (the asks larger than this one) that it had before.
+/// [`taken_by`] the claim at its level leave [`room`] for fewer of one of
+/// `keep` (the asks larger than this one) than the node had before.
 pub fn fit_keeping<'a>(
     driver: &str,
     devices: &[Candidate<'a>],
@@ -246,7 +265,7 @@ pub fn fit_keeping<'a>(
     let spoils = keep
         .iter()
         .filter(|k| k.gpus > ask.gpus)
-        .any(|&k| best_fit(driver, devices, k).is_some() && best_fit(driver, &after, k).is_none());
+        .any(|&k| room(driver, &after, k) < room(driver, devices, k));
     Some(Fit { spoils, ..fit })
 }
 
@@ -556,6 +575,35 @@ mod tests {
         // The four itself spoils no larger ask.
         let fit = fit_keeping(D, &with_free(&devs, &[]), four, &[four]).unwrap();
         assert_eq!((fit.level, fit.spoils), (Level::Pxb, false));
+    }
+
+    #[test]
+    fn room_counts_each_larger_ask_the_node_still_holds() {
+        // Two sockets, each two switches of two GPUs with a NIC per switch
+        // (an HGX board's PCIe, as the fleet's switch-pairs shape).
+        let mut devs = Vec::new();
+        for (sock, sws) in [("node0", ["sw0", "sw1"]), ("node1", ["sw2", "sw3"])] {
+            for sw in sws {
+                let at = [("cliquePix", sw), ("cliqueNode", sock)];
+                devs.push(dev(&format!("{sw}g0"), "gpu", &at));
+                devs.push(dev(&format!("{sw}g1"), "gpu", &at));
+                devs.push(dev(&format!("{sw}n"), "nic", &at));
+            }
+        }
+        let four = Ask { gpus: 4, nic: true };
+        let pair = Ask {
+            gpus: 2,
+            nic: false,
+        };
+        assert_eq!(room(D, &with_free(&devs, &[]), four), 2);
+        // A pair on sw0 leaves one socket whole: room for one four, not two,
+        // though a four still fits (the point a fit-only test missed).
+        let fit = fit_keeping(D, &with_free(&devs, &[]), pair, &[four]).unwrap();
+        assert!(fit.spoils);
+        // With sw0 taken, a pair on sw1 costs nothing more: socket 1 stays.
+        let fit = fit_keeping(D, &with_free(&devs, &["sw0g0", "sw0g1"]), pair, &[four]).unwrap();
+        assert_eq!((fit.level, fit.spoils, fit.score()), (Level::Pix, false, 8));
+        assert_eq!(room(D, &with_free(&devs, &["sw0g0", "sw0g1"]), four), 1);
     }
 
     #[test]

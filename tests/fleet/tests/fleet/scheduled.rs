@@ -67,7 +67,12 @@ fn the_real_scheduler_calls_vp2ps_extender_and_gets_scores() {
             "5",
         ],
     );
-    assert_eq!(doc["extender"], 5);
+    assert_eq!(doc["extender"]["weight"], 5);
+    // Room kept for every size of the default mix (2=60,4+nic=30,8=10).
+    assert_eq!(
+        doc["extender"]["keep"],
+        serde_json::json!(["2", "4+nic", "8"])
+    );
     let log = std::fs::read_to_string(work.path().join("work/extender.log")).unwrap();
     assert!(
         log.contains("scheduler extender on http://127.0.0.1:"),
