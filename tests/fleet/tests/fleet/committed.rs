@@ -7,24 +7,33 @@ use std::process::Command;
 use p2p_tests::repo_root;
 use serde_json::Value;
 
+/// The result directories holding counted fleet runs (schema vp2p.fleet/2).
+const COUNTED: &[&str] = &[
+    "dev-2vcpu-2026-11-29-fleet-counts",
+    "dev-2vcpu-2026-11-29-fleet-extender",
+];
+
 /// docs/results' counted fleet runs: the format of their counts (one run per
 /// policy, regime and seed; per size, placed and refused add up to arrived,
-/// the same arrivals for every policy of a regime and seed; the optima only
-/// in fill, proven or marked not), and the tables and goals `--report`
-/// prints of each `NAME.json` are the ones in its table (`table.txt` for
-/// fleet.json, `NAME-table.txt` for the others).
+/// and so do the placed VMs by shape; the same arrivals for every policy of
+/// a regime and seed; the optima only in fill, proven or marked not), and
+/// the tables and goals `--report` prints of each `NAME.json` are the ones
+/// in its table (`table.txt` for fleet.json, `NAME-table.txt` for the
+/// others).
 #[test]
 fn the_committed_fleet_counts_format_adds_up_and_each_table_is_their_report() {
-    let dir = repo_root().join("docs/results/dev-2vcpu-2026-11-29-fleet-counts");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    assert!(files.iter().any(|f| f.ends_with("fleet.json")), "{files:?}");
-    for json in &files {
-        committed_counts_add_up(json);
+    for name in COUNTED {
+        let dir = repo_root().join("docs/results").join(name);
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        assert!(files.iter().any(|f| f.ends_with("fleet.json")), "{files:?}");
+        for json in &files {
+            committed_counts_add_up(json);
+        }
     }
 }
 
@@ -49,6 +58,10 @@ fn committed_counts_add_up(json: &Path) {
                 "{policy} {regime}: {s}"
             );
             assert!(n("well_placed") <= n("placed"), "{s}");
+            if let Some(by) = s["by_shape"].as_object().filter(|b| !b.is_empty()) {
+                let sum: u64 = by.values().map(|v| v.as_u64().unwrap()).sum();
+                assert_eq!(sum, n("placed"), "{policy} {regime}: by_shape {s}");
+            }
             if let Some(by) = s["by_class"].as_object() {
                 assert_eq!(by.len(), 6, "{s}");
                 assert_eq!(
