@@ -4,14 +4,15 @@
 //! devices there can serve the pod's claims: the nearest level its GPUs (and
 //! NIC) fit at, and whether the devices the allocator will take there cost
 //! the node a larger VM (`--keep`) it could take before
-//! (p2p_allocation::dra::score). It reads the slices and the allocations from
-//! the API server at each call, so it holds no state of its own.
+//! (p2p_allocation::dra::score). It keeps the claims and its driver's slices
+//! current with a watch each ([`cache`]), so a call reads memory.
 //!
 //! The scheduler's own DRA scoring ranks a node by the alternative of the
 //! prioritized list each claim got there; this adds what it does not see: a
 //! claim with no prioritized list (KubeVirt's one-device requests), and the
 //! room a placement spoils.
 
+pub mod cache;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -187,11 +188,37 @@ fn neutral(nodes: Vec<String>) -> Vec<HostPriority> {
         .collect()
 }
 
-/// Answers one prioritize call: the claims listed (the pod's among them,
-/// read alone only when the list does not hold it yet), the slices listed,
-/// every candidate node scored.
+/// The claims and the driver's slices, each kept by a watch.
+#[derive(Debug, Clone)]
+pub struct Caches {
+    /// Every ResourceClaim.
+    pub claims: cache::WatchCache,
+    /// The driver's ResourceSlices.
+    pub slices: cache::WatchCache,
+}
+
+impl Caches {
+    /// Starts both watches on the current runtime.
+    pub fn start(api: &ApiServer, driver: &str) -> Self {
+        let log: fn(&str) = |m| eprintln!("p2p-host: extender: {m}");
+        Caches {
+            claims: cache::WatchCache::start(api.clone(), objects::claims(), None, log),
+            slices: cache::WatchCache::start(
+                api.clone(),
+                objects::slices(),
+                Some(format!("spec.driver={driver}")),
+                log,
+            ),
+        }
+    }
+}
+
+/// Answers one prioritize call: the claims as the watch keeps them (the
+/// pod's among them, read alone only when the cache does not hold it yet),
+/// the slices likewise, every candidate node scored.
 pub async fn prioritize(
     api: &ApiServer,
+    caches: &Caches,
     settings: &Settings,
     args: &ExtenderArgs,
 ) -> Result<Vec<HostPriority>, ExtenderError> {
@@ -207,7 +234,7 @@ pub async fn prioritize(
     let namespace = args.pod["metadata"]["namespace"]
         .as_str()
         .unwrap_or("default");
-    let claims = api.list_all(&objects::claims(), None).await?;
+    let claims = caches.claims.objects().await;
     let mut specs = Vec::new();
     for name in args.claim_names() {
         let listed = claims.iter().find(|c| {
@@ -225,12 +252,7 @@ pub async fn prioritize(
     if ask.gpus == 0 {
         return Ok(neutral(nodes));
     }
-    let slices = api
-        .list_all(
-            &objects::slices(),
-            Some(&format!("spec.driver={}", settings.driver)),
-        )
-        .await?;
+    let slices = caches.slices.objects().await;
     let view = DriverView::from_objects(&settings.driver, &slices, &claims);
     Ok(view.scores(&settings.driver, &nodes, ask, &settings.keep))
 }
@@ -257,14 +279,15 @@ pub fn run(settings: Settings) -> Result<(), ExtenderError> {
             "p2p-host: scheduler extender on http://{}/prioritize",
             settings.listen
         );
-        let state = Arc::new((api, settings, std::sync::atomic::AtomicU64::new(0)));
+        let caches = Caches::start(&api, &settings.driver);
+        let state = Arc::new((api, settings, std::sync::atomic::AtomicU64::new(0), caches));
         let app = axum::Router::new().route(
             "/prioritize",
             axum::routing::post(move |body: axum::body::Bytes| {
                 let state = state.clone();
                 async move {
                     let call = state.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    answer(&state.0, &state.1, &body, call).await
+                    answer(&state.0, &state.3, &state.1, &body, call).await
                 }
             }),
         );
@@ -282,6 +305,7 @@ pub fn run(settings: Settings) -> Result<(), ExtenderError> {
 /// extender's scores). The first call and every 1000th are logged.
 async fn answer(
     api: &ApiServer,
+    caches: &Caches,
     settings: &Settings,
     body: &[u8],
     call: u64,
@@ -290,12 +314,13 @@ async fn answer(
     let result = match serde_json::from_slice::<ExtenderArgs>(body) {
         Err(e) => Err(ExtenderError::Request(e.to_string())),
         Ok(args) => {
-            let scored = prioritize(api, settings, &args)
-                .await
-                .map_err(|e| ExtenderError::Pod {
-                    pod: args.pod_name(),
-                    source: Box::new(e),
-                });
+            let scored =
+                prioritize(api, caches, settings, &args)
+                    .await
+                    .map_err(|e| ExtenderError::Pod {
+                        pod: args.pod_name(),
+                        source: Box::new(e),
+                    });
             if let (Ok(s), true) = (&scored, call == 1 || call % 1000 == 0) {
                 eprintln!(
                     "p2p-host: extender: call {call}: pod {}, {} node(s), best score {} in {} ms",

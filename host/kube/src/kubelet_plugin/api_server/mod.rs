@@ -57,6 +57,10 @@ pub enum ApiError {
         /// How long it was given.
         after: Duration,
     },
+    /// A watch broke, or the server ended it with an error (410: its
+    /// version compacted away).
+    #[error("the watch ended: {0}")]
+    Watch(String),
     /// An object did not read as, or write from, vp2p's types.
     #[error("{what}: {source}")]
     Convert {

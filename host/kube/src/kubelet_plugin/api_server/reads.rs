@@ -1,10 +1,11 @@
 //! The API server's reads beside the slices: any resource listed cluster
-//! wide (the scheduler extender's slices and claims), and the ResourceClaims
-//! prepare reads, also from the blocking threads it runs on ([`ApiClaims`]).
+//! wide and watched from that list's version (the scheduler extender's
+//! caches of slices and claims), and the ResourceClaims prepare reads, also
+//! from the blocking threads it runs on ([`ApiClaims`]).
 
 use std::time::Duration;
 
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams, WatchEvent, WatchParams};
 use kube::Api;
 use p2p_allocation::dra::claim::ResourceClaim;
 
@@ -13,26 +14,47 @@ use crate::kubelet_plugin::claims::{ClaimRef, ClaimSource};
 use crate::kubelet_plugin::objects;
 
 impl ApiServer {
-    /// Every object of `resource` in the cluster as JSON, `fields` a field
-    /// selector (the scheduler extender reads all slices and claims). Served
-    /// from the API server's watch cache (resourceVersion 0: any version,
-    /// no read from etcd), so it may trail the newest write by moments.
-    pub async fn list_all(
+    /// Every object of `resource` (`fields` a field selector) and the list's
+    /// resourceVersion, the point a watch of the same objects starts from.
+    pub async fn list_versioned(
         &self,
         resource: &kube::api::ApiResource,
         fields: Option<&str>,
-    ) -> Result<Vec<serde_json::Value>, ApiError> {
+    ) -> Result<(Vec<DynamicObject>, String), ApiError> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
         let mut lp = ListParams::default().match_any();
         if let Some(f) = fields {
             lp = lp.fields(f);
         }
-        let what = format!("listing {}", resource.plural);
-        let list = self.call(what.clone(), api.list(&lp)).await?;
-        list.items
-            .into_iter()
-            .map(|o| serde_json::to_value(o).map_err(converting(&what)))
-            .collect()
+        let list = self
+            .call(format!("listing {}", resource.plural), api.list(&lp))
+            .await?;
+        let version = list.metadata.resource_version.unwrap_or_default();
+        Ok((list.items, version))
+    }
+
+    /// The changes to `resource` (`fields` a field selector) after
+    /// `version`, as the API server streams them until its timeout (about
+    /// five minutes); starting the stream is bounded by the connection's
+    /// timeout.
+    pub async fn watch_from(
+        &self,
+        resource: &kube::api::ApiResource,
+        fields: Option<&str>,
+        version: &str,
+    ) -> Result<
+        impl tokio_stream::Stream<Item = Result<WatchEvent<DynamicObject>, kube::Error>>,
+        ApiError,
+    > {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+        let mut wp = WatchParams::default().timeout(290);
+        if let Some(f) = fields {
+            wp = wp.fields(f);
+        }
+        self.call(format!("watching {}", resource.plural), async {
+            api.watch(&wp, version).await
+        })
+        .await
     }
 
     /// The ResourceClaim `namespace/name` as the API server sends it (its
