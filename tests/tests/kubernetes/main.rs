@@ -25,6 +25,7 @@ mod kube_dra_load;
 mod kube_dra_quiet;
 mod kube_dra_told;
 mod kube_dra_upgrade;
+mod kube_extender_cache;
 mod kube_kubelet_dra;
 mod kube_kubelet_dra_bind;
 mod kube_kubevirt_manifests;
