@@ -42,10 +42,12 @@ go_out_dir() {
 # every .go file under it.
 go_inputs() {
     local module="$VP2P_ROOT/$1" script="$2"
+    # Paths relative to the module, the scripts by content alone: the same
+    # inputs hash alike whichever way the script was called.
     printf 'go %s %s\n' "$GO_VERSION" "$(
-        { find "$module" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 \
-            | sort -z | xargs -0 sha256sum
-          sha256sum "$script" "$VP2P_ROOT/scripts/go-lib.sh"; } | sha256sum | cut -d' ' -f1)"
+        { (cd "$module" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 \
+            | sort -z | xargs -0 sha256sum)
+          cat "$script" "$VP2P_ROOT/scripts/go-lib.sh" | sha256sum; } | sha256sum | cut -d' ' -f1)"
 }
 
 # go_build_needed OUT INPUTS BIN...: true unless OUT/inputs reads INPUTS and
