@@ -22,7 +22,9 @@ target="${CARGO_TARGET_DIR:-$PWD/target}"
 
 # Free disk where target/ and the temporary files go, before and after: the
 # suite needs some gigabytes (the summary prints both).
-free_disk() { df -h --output=avail "$target" "${TMPDIR:-/tmp}" 2>/dev/null | tail -n +2 | xargs; }
+# On a clean clone target/ does not exist yet, and df fails on a missing path.
+mkdir -p "$target"
+free_disk() { df -h --output=avail "$target" "${TMPDIR:-/tmp}" 2>/dev/null | tail -n +2 | xargs || true; }
 disk_before="$(free_disk)"
 
 begin=$(now_ms)
