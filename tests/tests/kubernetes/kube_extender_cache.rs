@@ -10,6 +10,7 @@ use p2p_host_kube::extender::cache::WatchCache;
 use p2p_host_kube::kubelet_plugin::api_server::ApiServer;
 use p2p_host_kube::kubelet_plugin::objects;
 use p2p_tests::kube::ControlPlane;
+use serde_json::Value;
 
 fn claim(name: &str) -> String {
     format!(
@@ -18,7 +19,7 @@ fn claim(name: &str) -> String {
 }
 
 /// The names the cache holds, polled until `done` says yes (at most 30 s).
-async fn until(cache: &WatchCache, what: &str, done: impl Fn(&BTreeSet<String>) -> bool) {
+async fn until(cache: &WatchCache<Value>, what: &str, done: impl Fn(&BTreeSet<String>) -> bool) {
     let start = Instant::now();
     loop {
         let names: BTreeSet<String> = cache
@@ -50,7 +51,9 @@ fn the_extenders_cache_lists_then_follows_claims_as_they_come_and_go() {
         let api = ApiServer::connect(Some(&cp.kubeconfig()), Duration::from_secs(10))
             .await
             .expect("connected");
-        let cache = WatchCache::start(api, objects::claims(), None, |m| eprintln!("{m}"));
+        let cache = WatchCache::start(api, objects::claims(), None, Value::clone, |m| {
+            eprintln!("{m}")
+        });
         until(&cache, "listed", |n| n.contains("before")).await;
         cp.apply(&claim("after")).expect("the second claim");
         until(&cache, "created after the list", |n| n.contains("after")).await;

@@ -13,20 +13,20 @@
 //! room a placement spoils.
 
 pub mod cache;
+pub mod view;
 pub mod wire;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use p2p_allocation::dra::score::{fit_keeping, Ask, Candidate};
-use p2p_allocation::dra::{Device, ResourceSliceSpec};
+use p2p_allocation::dra::score::Ask;
 use serde_json::Value;
 
 use crate::kubelet_plugin::api_server::{ApiError, ApiServer};
 use crate::kubelet_plugin::objects;
+use view::{DriverView, HeldClaim, NodeDevices};
 use wire::{ExtenderArgs, HostPriority};
 
 /// How the extender runs.
@@ -107,78 +107,6 @@ pub fn ask_of(claim_specs: &[Value], gpu_class: &str, nic_class: &str) -> Ask {
     ask
 }
 
-/// Every node's devices under one driver, and the devices some claim holds.
-#[derive(Debug, Default)]
-pub struct DriverView {
-    /// Node name -> its devices.
-    pub devices: BTreeMap<String, Vec<Device>>,
-    /// Pool -> its devices held by an allocated claim.
-    pub taken: BTreeMap<String, BTreeSet<String>>,
-}
-
-impl DriverView {
-    /// The view from the slices and claims as the API server lists them.
-    pub fn from_objects(driver: &str, slices: &[Value], claims: &[Value]) -> Self {
-        let mut view = DriverView::default();
-        for s in slices {
-            let Ok(spec) = serde_json::from_value::<ResourceSliceSpec>(s["spec"].clone()) else {
-                continue;
-            };
-            if spec.driver == driver {
-                view.devices
-                    .entry(spec.node_name)
-                    .or_default()
-                    .extend(spec.devices);
-            }
-        }
-        for c in claims {
-            let results = &c["status"]["allocation"]["devices"]["results"];
-            for r in results.as_array().into_iter().flatten() {
-                if r["driver"] == driver {
-                    if let (Some(p), Some(d)) = (r["pool"].as_str(), r["device"].as_str()) {
-                        view.taken
-                            .entry(p.to_string())
-                            .or_default()
-                            .insert(d.to_string());
-                    }
-                }
-            }
-        }
-        view
-    }
-
-    /// Each of `nodes` scored for `ask`, keeping room for `keep` (0 where it
-    /// does not fit or has no devices of the driver).
-    pub fn scores(
-        &self,
-        driver: &str,
-        nodes: &[String],
-        ask: Ask,
-        keep: &[Ask],
-    ) -> Vec<HostPriority> {
-        nodes
-            .iter()
-            .map(|n| {
-                let devices = self.devices.get(n).map(Vec::as_slice).unwrap_or(&[]);
-                // vp2p's pool is named after its node.
-                let taken = self.taken.get(n);
-                let candidates: Vec<Candidate<'_>> = devices
-                    .iter()
-                    .map(|device| Candidate {
-                        device,
-                        free: !taken.is_some_and(|t| t.contains(&device.name)),
-                    })
-                    .collect();
-                let score = fit_keeping(driver, &candidates, ask, keep).map_or(0, |f| f.score());
-                HostPriority {
-                    host: n.clone(),
-                    score,
-                }
-            })
-            .collect()
-    }
-}
-
 /// Every node of `nodes` scored 0: the extender leaves the pod to the
 /// scheduler's own scores.
 fn neutral(nodes: Vec<String>) -> Vec<HostPriority> {
@@ -192,9 +120,9 @@ fn neutral(nodes: Vec<String>) -> Vec<HostPriority> {
 #[derive(Debug, Clone)]
 pub struct Caches {
     /// Every ResourceClaim.
-    pub claims: cache::WatchCache,
-    /// The driver's ResourceSlices.
-    pub slices: cache::WatchCache,
+    pub claims: cache::WatchCache<HeldClaim>,
+    /// The driver's ResourceSlices (None: one that is not a node's).
+    pub slices: cache::WatchCache<Option<NodeDevices>>,
 }
 
 impl Caches {
@@ -202,11 +130,18 @@ impl Caches {
     pub fn start(api: &ApiServer, driver: &str) -> Self {
         let log: fn(&str) = |m| eprintln!("p2p-host: extender: {m}");
         Caches {
-            claims: cache::WatchCache::start(api.clone(), objects::claims(), None, log),
+            claims: cache::WatchCache::start(
+                api.clone(),
+                objects::claims(),
+                None,
+                HeldClaim::from_object,
+                log,
+            ),
             slices: cache::WatchCache::start(
                 api.clone(),
                 objects::slices(),
                 Some(format!("spec.driver={driver}")),
+                NodeDevices::from_object,
                 log,
             ),
         }
@@ -237,11 +172,11 @@ pub async fn prioritize(
     let claims = caches.claims.objects().await;
     let mut specs = Vec::new();
     for name in args.claim_names() {
-        let listed = claims.iter().find(|c| {
-            c["metadata"]["namespace"] == namespace && c["metadata"]["name"] == name.as_str()
-        });
+        let listed = claims
+            .iter()
+            .find(|c| c.namespace == namespace && c.name == name);
         match listed {
-            Some(c) => specs.push(c["spec"].clone()),
+            Some(c) => specs.push(c.spec.clone()),
             None => {
                 let claim = api.claim_object(namespace, &name).await?;
                 specs.push(objects::spec(&claim).clone());
@@ -253,7 +188,11 @@ pub async fn prioritize(
         return Ok(neutral(nodes));
     }
     let slices = caches.slices.objects().await;
-    let view = DriverView::from_objects(&settings.driver, &slices, &claims);
+    let view = DriverView::new(
+        &settings.driver,
+        slices.iter().filter_map(|s| s.as_ref().as_ref()),
+        claims.iter().map(|c| &**c),
+    );
     Ok(view.scores(&settings.driver, &nodes, ask, &settings.keep))
 }
 
@@ -391,7 +330,12 @@ mod tests {
         let claim = json!({"status": {"allocation": {"devices": {"results": [
             {"request": "gpus", "driver": "gpu.vp2p.io", "pool": "n1", "device": "g0"},
             {"request": "gpus", "driver": "gpu.vp2p.io", "pool": "n1", "device": "g2"}]}}}});
-        let view = DriverView::from_objects("gpu.vp2p.io", &[slice("n1"), slice("n2")], &[claim]);
+        let slices: Vec<NodeDevices> = [slice("n1"), slice("n2")]
+            .iter()
+            .filter_map(NodeDevices::from_object)
+            .collect();
+        let claims = [HeldClaim::from_object(&claim)];
+        let view = DriverView::new("gpu.vp2p.io", &slices, &claims);
         let got = view.scores(
             "gpu.vp2p.io",
             &["n1".into(), "n2".into(), "n3".into()],
