@@ -8,9 +8,9 @@
 #
 # Candidates: vp2p's shipped tiered claims and tests/fleet/templates/vp2p-*.yaml; NVIDIA's
 # generated claims and tests/fleet/templates/nvidia-*.yaml. Defaults: tests/fixtures, 100 nodes,
-# 3 seeds, out target/fleet-tune. Pick the candidate with the most VMs well placed that refuses
-# no more than the others (the line's REFUSED), and report it on the test seeds with
-# scripts/fleet.sh --templates / --nvidia-templates.
+# 3 seeds, out target/fleet-tune. The last table marks each policy's pick (PICK: the most VMs
+# well placed less VMs refused); report it on the test seeds with scripts/fleet.sh --templates /
+# --nvidia-templates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trees=tests/fixtures nodes=100 seeds=3 out=target/fleet-tune

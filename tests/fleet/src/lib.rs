@@ -19,6 +19,7 @@ pub mod policy;
 pub mod scheduled;
 pub mod tally;
 pub mod trees;
+pub mod tuning;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use p2p_fleet::arrivals::{Mix, Regime};
 use p2p_fleet::tally::{OptimumRecord, RunCount};
-use p2p_fleet::{self as fleet, figures, policy::Policy, FleetConfig};
+use p2p_fleet::{self as fleet, figures, policy::Policy, tuning, FleetConfig};
 use p2p_tests::kube::ControlPlane;
 
 /// VM pods placed by the real kube-scheduler on a fleet of simulated nodes
@@ -394,12 +394,10 @@ fn print_counts(runs: &[RunCount], optima: &[OptimumRecord]) {
     print!("{}", figures::goals_text(runs));
 }
 
-/// `--tuning FILE...`: one line per file and scheduled policy.
+/// `--tuning FILE...`: one line per file and scheduled policy, each
+/// policy's pick marked (p2p_fleet::tuning).
 fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
-    println!(
-        "{:<40} {:<9} {:>6} {:>8} {:>8}  TEMPLATES",
-        "FILE", "POLICY", "WELL", "REFUSED", "ARRIVED"
-    );
+    let mut candidates = Vec::new();
     for f in files {
         let doc = read_saved(f)?;
         let runs: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
@@ -409,28 +407,20 @@ fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
             .filter(|p| p.scheduled())
             .map(|p| p.name())
         {
-            let of: Vec<&RunCount> = runs.iter().filter(|r| r.policy == p).collect();
-            if of.is_empty() {
-                continue;
-            }
-            let sum = |k: fn(&p2p_fleet::tally::SizeCount) -> u32| -> u32 {
-                of.iter().flat_map(|r| &r.sizes).map(k).sum()
-            };
             let templates = match p {
                 "vp2p" => doc["templates"]["vp2p"].as_str().unwrap_or("-"),
                 "nvidia" => doc["templates"]["nvidia"].as_str().unwrap_or("-"),
                 _ => "generated",
             };
-            println!(
-                "{:<40} {:<9} {:>6} {:>8} {:>8}  {templates}",
-                f.display(),
+            candidates.extend(tuning::Candidate::of(
+                &f.display().to_string(),
+                templates,
                 p,
-                sum(|s| s.well_placed),
-                sum(|s| s.refused),
-                sum(|s| s.arrived)
-            );
+                &runs,
+            ));
         }
     }
+    print!("{}", tuning::table(&candidates));
     Ok(())
 }
 
