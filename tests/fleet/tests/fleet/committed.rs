@@ -123,7 +123,8 @@ fn committed_counts_add_up(json: &Path) {
         assert_eq!(
             arrived(r),
             arrived(same),
-            "{policy} {regime}: the same arrivals as {}", same["policy"]
+            "{policy} {regime}: the same arrivals as {}",
+            same["policy"]
         );
     }
     assert_eq!(
