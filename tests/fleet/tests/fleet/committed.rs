@@ -1,6 +1,7 @@
 //! The counted runs committed under docs/results.
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
@@ -58,19 +59,26 @@ fn the_committed_template_search_format_adds_up_and_its_table_is_fleet_tuning() 
         for f in &files {
             committed_counts_add_up(&dir.join(f));
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
-            .current_dir(&dir)
-            .arg("--tuning")
-            .args(&files)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(String::from_utf8_lossy(&out.stdout), table, "{name}");
+        let args: Vec<&OsStr> = std::iter::once(OsStr::new("--tuning"))
+            .chain(files.iter().map(OsStr::new))
+            .collect();
+        assert_eq!(fleet(&dir, &args), table, "{name}");
     }
+}
+
+/// What the fleet binary prints with `args`, run in `dir`; it must succeed.
+fn fleet(dir: &Path, args: &[&OsStr]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn committed_counts_add_up(json: &Path) {
@@ -140,17 +148,7 @@ fn committed_counts_add_up(json: &Path) {
             assert!(c as f64 <= o["bound"].as_f64().unwrap() + 1e-6, "{o}");
         }
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .arg("--report")
-        .arg(json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = String::from_utf8_lossy(&out.stdout);
+    let report = fleet(dir, &[OsStr::new("--report"), json.as_os_str()]);
     let stem = json.file_stem().unwrap().to_string_lossy();
     let table_file = if stem == "fleet" {
         dir.join("table.txt")
@@ -159,7 +157,7 @@ fn committed_counts_add_up(json: &Path) {
     };
     let table = std::fs::read_to_string(&table_file).unwrap();
     assert!(
-        table.contains(report.as_ref()),
+        table.contains(&report),
         "{} does not hold `fleet --report`'s output:\n{report}",
         table_file.display()
     );
