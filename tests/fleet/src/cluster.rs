@@ -371,9 +371,17 @@ impl Cluster {
             grace_period_seconds: Some(0),
             ..Default::default()
         };
-        pods.delete_collection(&dp, &ListParams::default())
-            .await
-            .map_err(|e| format!("deleting pods: {e}"))?;
+        // A collection of hundreds of pods, on a busy machine: the call may
+        // fail on the wire while the server goes on; it is safe to repeat.
+        let mut tries = 0;
+        while let Err(e) = pods.delete_collection(&dp, &ListParams::default()).await {
+            tries += 1;
+            if tries == 5 {
+                return Err(format!("deleting pods (5 tries): {e}"));
+            }
+            eprintln!("fleet: deleting pods: {e}; again in 2 s");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
         let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &self.ns);
         let start = Instant::now();
         loop {

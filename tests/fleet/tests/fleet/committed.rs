@@ -12,6 +12,7 @@ use serde_json::Value;
 const COUNTED: &[&str] = &[
     "dev-2vcpu-2026-11-29-fleet-counts",
     "dev-2vcpu-2026-11-29-fleet-extender",
+    "dev-2vcpu-2026-11-29-fleet-pick",
 ];
 
 /// docs/results' counted fleet runs: the format of their counts (one run per
