@@ -15,6 +15,20 @@ fn walkthrough() -> String {
     docs_sh_block("docs/deploy-on-a-cluster.md", "## Try it on a sandbox node")
 }
 
+/// Stops the sandbox when the walk-through failed before its own `down`
+/// (after a `down`, one more finds nothing to stop), so a failure leaves no
+/// control plane or QEMU node running.
+struct SandboxDown;
+
+impl Drop for SandboxDown {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .args(["scripts/kube-sandbox.sh", "down", "/tmp/kn"])
+            .current_dir(repo_root())
+            .output();
+    }
+}
+
 #[test]
 fn the_deploy_walkthrough_runs_verbatim_on_a_sandbox_node() {
     let _one = one_node_at_a_time();
@@ -22,6 +36,7 @@ fn the_deploy_walkthrough_runs_verbatim_on_a_sandbox_node() {
     assert!(block.starts_with("bash scripts/kube-sandbox.sh up /tmp/kn --node\n"));
     assert!(block.ends_with("bash scripts/kube-sandbox.sh down /tmp/kn\n"));
     let _ = std::fs::remove_dir_all("/tmp/kn");
+    let _down = SandboxDown;
     let out = Command::new("bash")
         .args(["-euo", "pipefail", "-c", &block])
         .current_dir(repo_root())

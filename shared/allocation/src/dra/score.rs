@@ -260,10 +260,10 @@ impl<'d, 'a> NodeView<'d, 'a> {
             gpus: Vec::new(),
             free_nics: Vec::new(),
         };
-        for i in 0..devices.len() {
+        for (i, c) in devices.iter().enumerate() {
             match view.attr(i, "kind").and_then(DeviceAttribute::as_str) {
                 Some("gpu") => view.gpus.push(i),
-                Some("nic") if devices[i].free => view.free_nics.push(i),
+                Some("nic") if c.free => view.free_nics.push(i),
                 _ => {}
             }
         }
