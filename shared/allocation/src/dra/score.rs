@@ -292,7 +292,7 @@ impl<'d, 'a> NodeView<'d, 'a> {
         };
         let partition = format!("fmPartition{}", ask.gpus);
         let member = |i: &usize| !(level == Level::NvLink && self.attr(*i, &partition).is_some());
-        // value -> (GPUs with it, of them free), in order of the first free GPU.
+        // (value, GPUs with it, its free GPUs), one per value, in published order.
         let mut groups: Vec<(&DeviceAttribute, usize, Vec<usize>)> = Vec::new();
         for i in self.gpus.iter().copied().filter(member) {
             let Some(v) = self.attr(i, &id) else {
