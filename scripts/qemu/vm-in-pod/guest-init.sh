@@ -5,6 +5,9 @@ class=""
 for w in $(cat /proc/cmdline); do
     case "$w" in vp2p_gpu_class=?*) class="--gpu-class ${w#vp2p_gpu_class=}" ;; esac
 done
+# Kernel messages share the console: under TCG a late one (a clocksource
+# warning, say) landed inside the probe's JSON. Only emergencies from here on.
+echo 1 >/proc/sys/kernel/printk
 echo "==VP2P-PROBE-BEGIN=="
 # shellcheck disable=SC2086
 p2p-guest probe --json --no-driver $class

@@ -113,7 +113,8 @@ fn a_vm_in_a_pod_reads_the_cliques_the_plan_gave() {
     let end = log
         .find("==VP2P-PROBE-END==")
         .expect("the guest's probe ended");
-    let probe: Value = serde_json::from_str(&log[begin..end]).expect("probe's JSON");
+    let probe: Value = serde_json::from_str(&log[begin..end])
+        .unwrap_or_else(|e| panic!("probe's JSON: {e}:\n{}", &log[begin..end]));
     let configs: BTreeMap<String, Vec<u8>> = log
         .lines()
         .filter_map(|l| {
