@@ -10,7 +10,7 @@
 #                         [--first-seed S] [--policies vp2p,nvidia,count,kubevirt,greedy,optimum]
 #                         [--json FILE] [--templates FILE] [--nvidia-templates FILE]
 #                         [--scheduler-profile FILE] [--extender WEIGHT] [--work DIR]
-#   bash scripts/fleet.sh --report FILE      # the tables of a saved --json again
+#   bash scripts/fleet.sh --report FILE..    # the tables of saved --json files again
 #
 # Each subdirectory of DIR is a sysfs tree as --sysfs-root takes it (or holds one in sysfs/ or
 # sysfs.tgz); the ones the fleet cannot use are named with the reason. Builds kube-peers (the

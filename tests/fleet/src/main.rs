@@ -102,9 +102,11 @@ struct Args {
     /// seed, regime and size (scripts/fleet-tune.sh), and run nothing.
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["report", "print_templates"])]
     tuning: Vec<PathBuf>,
-    /// Print the tables and goals of a saved `--json` FILE again, and run nothing.
-    #[arg(long, value_name = "FILE", conflicts_with = "json")]
-    report: Option<PathBuf>,
+    /// Print the tables and goals of saved `--json` FILEs again, and run
+    /// nothing; several files (one seed each, say) count as one run over
+    /// their seeds.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "json")]
+    report: Vec<PathBuf>,
     /// Work directory (control plane, logs, tree copies).
     #[arg(long, default_value = "target/fleet")]
     work: PathBuf,
@@ -148,8 +150,8 @@ fn regimes(a: &Args) -> anyhow::Result<Vec<Regime>> {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    if let Some(f) = &a.report {
-        return print_saved(f);
+    if !a.report.is_empty() {
+        return print_saved(&a.report);
     }
     if !a.tuning.is_empty() {
         return print_tuning(&a.tuning);
@@ -439,13 +441,35 @@ fn read_saved(f: &std::path::Path) -> anyhow::Result<serde_json::Value> {
     Ok(doc)
 }
 
-/// `--report FILE`: the tables and goals of a saved run.
-fn print_saved(f: &std::path::Path) -> anyhow::Result<()> {
-    let doc = read_saved(f).with_context(|| "--report")?;
-    let runs: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
-        .with_context(|| format!("{}: `runs` is not a list of fleet counts", f.display()))?;
-    let optima: Vec<OptimumRecord> = serde_json::from_value(doc["optima"].clone())
-        .with_context(|| format!("{}: `optima` is not a list of optima", f.display()))?;
+/// `--report FILE..`: the tables and goals of saved runs, their counts put
+/// together; a seed, regime and policy counted in two files is refused (the
+/// mean would count it twice).
+fn print_saved(files: &[PathBuf]) -> anyhow::Result<()> {
+    let mut runs: Vec<RunCount> = Vec::new();
+    let mut optima: Vec<OptimumRecord> = Vec::new();
+    let mut seen = std::collections::BTreeMap::new();
+    for f in files {
+        let doc = read_saved(f).with_context(|| "--report")?;
+        let these: Vec<RunCount> = serde_json::from_value(doc["runs"].clone())
+            .with_context(|| format!("{}: `runs` is not a list of fleet counts", f.display()))?;
+        for r in &these {
+            let key = (r.seed, r.regime.clone(), r.policy.clone());
+            if let Some(first) = seen.insert(key, f) {
+                bail!(
+                    "--report: seed {} {} {} is in both {} and {}",
+                    r.seed,
+                    r.regime,
+                    r.policy,
+                    first.display(),
+                    f.display()
+                );
+            }
+        }
+        runs.extend(these);
+        let these: Vec<OptimumRecord> = serde_json::from_value(doc["optima"].clone())
+            .with_context(|| format!("{}: `optima` is not a list of optima", f.display()))?;
+        optima.extend(these);
+    }
     print_counts(&runs, &optima);
     Ok(())
 }

@@ -39,6 +39,25 @@ fn the_committed_fleet_counts_format_adds_up_and_each_table_is_their_report() {
     }
 }
 
+/// `--report` over several files refuses a seed, regime and policy counted
+/// in two of them (their mean would count it twice), naming both files.
+#[test]
+fn report_refuses_a_run_counted_in_two_files() {
+    let dir = repo_root().join("docs/results/dev-2vcpu-2026-11-29-fleet-counts");
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .current_dir(&dir)
+        .args(["--report", "fleet.json", "fleet.json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("seed 11 "), "{err}");
+    assert!(
+        err.contains(" is in both fleet.json and fleet.json"),
+        "{err}"
+    );
+}
+
 /// The template searches committed under docs/results.
 const TUNING: &[&str] = &["dev-2vcpu-2026-11-29-fleet-tuning"];
 
