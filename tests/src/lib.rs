@@ -84,6 +84,22 @@ pub fn run(name: &str, args: &[&str]) -> Run {
     }
 }
 
+/// What `cmd` prints on stdout; it must exit 0, or the test fails with the
+/// command line, its exit status and both outputs.
+pub fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// `p2p-host plan --sysfs-root ROOT ARGS...`: its stdout; the run must succeed.
 pub fn plan_stdout(sysfs_root: &Path, args: &[&str]) -> String {
     let root = sysfs_root.to_str().expect("fixture paths are UTF-8");

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use p2p_tests::kube::{docs_dra_yaml_blocks, ControlPlane};
 use p2p_tests::kube_node::SimNode;
-use p2p_tests::{binary, repo_root};
+use p2p_tests::{binary, repo_root, stdout_of};
 use serde_json::{json, Value};
 
 const NS: &str = "vp2p-e2e";
@@ -305,27 +305,22 @@ fn remove(c: &Cluster, pod: &str) {
 /// The cliques `p2p-host plan` makes of `gpus` on `node`'s tree at `level`.
 fn plan_cliques(node: &SimNode, gpus: &BTreeSet<String>, level: &str) -> Vec<Vec<String>> {
     let list: Vec<&str> = gpus.iter().map(String::as_str).collect();
-    let out = Command::new(binary("p2p-host"))
-        .args([
-            "plan",
-            "--gpu-class",
-            "0108",
-            "--json",
-            "--max-level",
-            level,
-        ])
-        .arg("--sysfs-root")
-        .arg(&node.tree)
-        .arg("--vm")
-        .arg(format!("vm={}", list.join(",")))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        Command::new(binary("p2p-host"))
+            .args([
+                "plan",
+                "--gpu-class",
+                "0108",
+                "--json",
+                "--max-level",
+                level,
+            ])
+            .arg("--sysfs-root")
+            .arg(&node.tree)
+            .arg("--vm")
+            .arg(format!("vm={}", list.join(","))),
     );
-    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan: Value = serde_json::from_str(&out).unwrap();
     serde_json::from_value(plan["vms"][0]["cliques"].clone()).unwrap()
 }
 

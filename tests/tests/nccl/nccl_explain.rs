@@ -11,7 +11,7 @@ use std::process::Command;
 use p2p_nccl::observed::{check_pairs, differences, parse_log};
 use p2p_nccl::{effective, DriverP2p, Graph, PathType, Transport, VmNic};
 use p2p_tests::nccl_explain::*;
-use p2p_tests::{binary, fixture_dir, repo_root, unpack_fixture};
+use p2p_tests::{binary, fixture_dir, repo_root, stdout_of, unpack_fixture};
 
 /// The three files NCCL 2.28.3 was given on the H200 VM with NVLink hidden,
 /// and NCCL's own log of each: explain predicts exactly the transport NCCL
@@ -163,27 +163,22 @@ fn cli_file_choice_errors_and_exit_codes() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no NVIDIA GPU in"));
     // With --file and no GPU: the file explained as in a VM that matches it.
-    let out = Command::new(binary("p2p-guest"))
-        .args([
-            "nccl-topo",
-            "explain",
-            "--no-driver",
-            "--json",
-            "--sysfs-root",
-        ])
-        .arg(empty.path())
-        .arg("--file")
-        .arg(&clique)
-        .arg("--cpuinfo")
-        .arg(fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        Command::new(binary("p2p-guest"))
+            .args([
+                "nccl-topo",
+                "explain",
+                "--no-driver",
+                "--json",
+                "--sysfs-root",
+            ])
+            .arg(empty.path())
+            .arg("--file")
+            .arg(&clique)
+            .arg("--cpuinfo")
+            .arg(fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt")),
     );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         (r["pairs"][0]["path"].as_str(), transport(&r).as_str()),
         (Some("PIX"), "P2P")
@@ -234,25 +229,20 @@ fn what_if_assume_clique() {
 #[test]
 fn hide_nvlink_writes_the_file_nccl_was_given() {
     let tree = unpack_fixture("h200x2-passthrough-guest");
-    let out = Command::new(binary("p2p-guest"))
-        .args([
-            "nccl-topo",
-            "--hide-nvlink",
-            "--assume-clique",
-            "0000:00:06.0=0",
-            "--assume-clique",
-            "0000:00:07.0=0",
-            "--sysfs-root",
-        ])
-        .arg(tree.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        Command::new(binary("p2p-guest"))
+            .args([
+                "nccl-topo",
+                "--hide-nvlink",
+                "--assume-clique",
+                "0000:00:06.0=0",
+                "--assume-clique",
+                "0000:00:07.0=0",
+                "--sysfs-root",
+            ])
+            .arg(tree.path()),
     );
-    let ours = p2p_nccl::parse(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let ours = p2p_nccl::parse(&out).unwrap();
     let given = p2p_nccl::parse(
         &std::fs::read_to_string(repo_root().join(RESULTS).join("file-clique.xml")).unwrap(),
     )
@@ -338,17 +328,12 @@ fn derived_file_makes_nccl_agree_with_the_cliques() {
     assert!(mismatches[0].starts_with("the driver enables P2P for 0000:23:00.0-0000:25:00.0 (enable: both in clique 0), NCCL will not (PHB beyond PXB)"));
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("vt.xml");
-    let out = Command::new(binary("p2p-guest"))
-        .args(["nccl-topo", "--install", "--sysfs-root"])
-        .arg(&tree)
-        .arg("--out")
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    stdout_of(
+        Command::new(binary("p2p-guest"))
+            .args(["nccl-topo", "--install", "--sysfs-root"])
+            .arg(&tree)
+            .arg("--out")
+            .arg(&file),
     );
     let r = explain_json(&tree, &["--file", file.to_str().unwrap()], &[]);
     assert_eq!(r["mismatches"], serde_json::json!([]));

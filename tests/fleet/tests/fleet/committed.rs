@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
-use p2p_tests::repo_root;
+use p2p_tests::{repo_root, stdout_of};
 use serde_json::Value;
 
 /// The result directories holding counted fleet runs (schema vp2p.fleet/2).
@@ -88,17 +88,11 @@ fn the_committed_template_search_format_adds_up_and_its_table_is_fleet_tuning() 
 
 /// What the fleet binary prints with `args`, run in `dir`; it must succeed.
 fn fleet(dir: &Path, args: &[&OsStr]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .current_dir(dir)
+            .args(args),
+    )
 }
 
 fn committed_counts_add_up(json: &Path) {
