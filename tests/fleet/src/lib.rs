@@ -69,6 +69,9 @@ pub struct FleetConfig {
     pub mix: arrivals::Mix,
     /// Shapes' weights in the draw of nodes (a shape not named weighs 1).
     pub shape_weights: Vec<(String, u32)>,
+    /// The kube-scheduler settings the run was given (`--scheduler-profile`);
+    /// None: the scheduler's defaults.
+    pub scheduler_profile: Option<PathBuf>,
     /// vp2p's scheduler extender's weight, when the run has one.
     pub extender: Option<u32>,
     /// The sizes the extender keeps room for (its `--keep`).
@@ -121,6 +124,7 @@ impl FleetReport {
                 Regime::Churn { load, warmup, window } => json!({"name": r.name(), "load": load, "warmup": warmup, "window": window}),
             }).collect::<Vec<_>>(),
             "seeds": cfg.seed_list(),
+            "scheduler_profile": cfg.scheduler_profile.as_ref().map(|p| p.strip_prefix(&cfg.repo).unwrap_or(p)),
             "extender": cfg.extender.map(|w| json!({"weight": w, "keep": cfg.extender_keep})),
             "templates": {
                 "vp2p": cfg.vp2p_templates.strip_prefix(&cfg.repo).unwrap_or(&cfg.vp2p_templates),

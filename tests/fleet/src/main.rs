@@ -274,6 +274,10 @@ fn main() -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| p2p_tests::repo_root().join(fleet::policy::TIERED)),
         nvidia_templates: a.nvidia_templates.clone(),
+        scheduler_profile: a
+            .scheduler_profile
+            .as_ref()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
         p2p_host,
         kubeconfig: cp.as_ref().map(|c| c.kubeconfig()).unwrap_or_default(),
         bound_instants: a.bound_instants.max(1),
@@ -409,14 +413,20 @@ fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
             .filter(|p| p.scheduled())
             .map(|p| p.name())
         {
-            let templates = match p {
+            let mut templates = match p {
                 "vp2p" => doc["templates"]["vp2p"].as_str().unwrap_or("-"),
                 "nvidia" => doc["templates"]["nvidia"].as_str().unwrap_or("-"),
                 _ => "generated",
-            };
+            }
+            .to_string();
+            // What else the scheduler was given; a file written before the
+            // field holds neither.
+            if let Some(profile) = doc["scheduler_profile"].as_str() {
+                templates += &format!(", scheduler {profile}");
+            }
             candidates.extend(tuning::Candidate::of(
                 &f.display().to_string(),
-                templates,
+                &templates,
                 p,
                 &runs,
             ));
