@@ -13,7 +13,37 @@ const COUNTED: &[&str] = &[
     "dev-2vcpu-2026-11-29-fleet-counts",
     "dev-2vcpu-2026-11-29-fleet-extender",
     "dev-2vcpu-2026-11-29-fleet-pick",
+    "dev-2vcpu-2026-11-29-fleet-seed12",
 ];
+
+/// Tables of several committed runs counted together: (directory, the
+/// files `--report` is given from it, the table holding what it prints).
+const TOGETHER: &[(&str, &[&str], &str)] = &[(
+    "dev-2vcpu-2026-11-29-fleet-seed12",
+    &[
+        "../dev-2vcpu-2026-11-29-fleet-counts/fleet.json",
+        "fleet.json",
+    ],
+    "test-seeds-table.txt",
+)];
+
+/// docs/results' tables over several runs (the test seeds, each run on its
+/// own) hold what `fleet --report FILE..` prints of those files (the format).
+#[test]
+fn the_committed_tables_over_several_runs_format_is_their_report() {
+    for (name, files, table) in TOGETHER {
+        let dir = repo_root().join("docs/results").join(name);
+        let args: Vec<&OsStr> = std::iter::once(OsStr::new("--report"))
+            .chain(files.iter().map(OsStr::new))
+            .collect();
+        let report = fleet(&dir, &args);
+        let text = std::fs::read_to_string(dir.join(table)).unwrap();
+        assert!(
+            text.contains(&report),
+            "{name}/{table} does not hold `fleet --report`'s output:\n{report}"
+        );
+    }
+}
 
 /// docs/results' counted fleet runs: the format of their counts (one run per
 /// policy, regime and seed; per size, placed and refused add up to arrived,
