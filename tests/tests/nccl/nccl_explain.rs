@@ -163,22 +163,12 @@ fn cli_file_choice_errors_and_exit_codes() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no NVIDIA GPU in"));
     // With --file and no GPU: the file explained as in a VM that matches it.
-    let out = stdout_of(
-        Command::new(binary("p2p-guest"))
-            .args([
-                "nccl-topo",
-                "explain",
-                "--no-driver",
-                "--json",
-                "--sysfs-root",
-            ])
-            .arg(empty.path())
-            .arg("--file")
-            .arg(&clique)
-            .arg("--cpuinfo")
-            .arg(fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt")),
+    let (code, r) = explain_file(
+        empty.path(),
+        &fixture_dir("h200x2-passthrough-guest").join("cpuinfo-identity.txt"),
+        &clique,
     );
-    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(code, Some(0), "{r}");
     assert_eq!(
         (r["pairs"][0]["path"].as_str(), transport(&r).as_str()),
         (Some("PIX"), "P2P")
