@@ -102,19 +102,13 @@ pub fn stdout_of(cmd: &mut Command) -> String {
 
 /// `p2p-host plan --sysfs-root ROOT ARGS...`: its stdout; the run must succeed.
 pub fn plan_stdout(sysfs_root: &Path, args: &[&str]) -> String {
-    let root = sysfs_root.to_str().expect("fixture paths are UTF-8");
-    let mut all = vec!["plan", "--sysfs-root", root];
-    all.extend_from_slice(args);
-    let r = run("p2p-host", &all);
-    assert_eq!(
-        r.code,
-        Some(0),
-        "p2p-host {}\nstdout:\n{}\nstderr:\n{}",
-        all.join(" "),
-        r.stdout,
-        r.stderr
-    );
-    r.stdout
+    stdout_of(
+        Command::new(binary("p2p-host"))
+            .arg("plan")
+            .arg("--sysfs-root")
+            .arg(sysfs_root)
+            .args(args),
+    )
 }
 
 /// boot.sh's cliques at PHB for the six switch- and root-port GPUs of the

@@ -419,8 +419,8 @@ fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
                 _ => "generated",
             }
             .to_string();
-            // What else the scheduler was given; a file written before the
-            // field holds neither.
+            // The scheduler's settings too; files written before the field
+            // lack it.
             if let Some(profile) = doc["scheduler_profile"].as_str() {
                 templates += &format!(", scheduler {profile}");
             }

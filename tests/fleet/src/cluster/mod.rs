@@ -1,6 +1,6 @@
 //! The fleet on the real control plane: Node objects with what a kubelet
 //! would report, each node's ResourceSlices, the DeviceClasses and claim
-//! templates, and a watch of the VM pods, which come and go in [`vm`].
+//! templates, and a watch of the VM pods, which come and go in `vm.rs`.
 //! Nothing here chooses a node or a device.
 
 mod vm;
@@ -21,7 +21,7 @@ use tokio_stream::StreamExt;
 
 pub use vm::{split_devices, Outcome, PodResult, POD_LIMIT, POLICY_LABEL};
 
-/// What a node offers (a VM pod asks per GPU what [`vm`] says): eight GPUs' worth fit.
+/// What a node offers (a VM pod asks per GPU what `vm.rs` says): eight GPUs' worth fit.
 const NODE_CPU: u32 = 120;
 const NODE_MEMORY_GI: u32 = 1000;
 
