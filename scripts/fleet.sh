@@ -9,7 +9,8 @@
 #                         [--churn-loads 0.8,1.0,1.2] [--warmup T] [--window T] [--seeds K]
 #                         [--first-seed S] [--policies vp2p,nvidia,count,kubevirt,greedy,optimum]
 #                         [--json FILE] [--templates FILE] [--nvidia-templates FILE]
-#                         [--scheduler-profile FILE] [--extender WEIGHT] [--work DIR]
+#                         [--scheduler-profile FILE] [--device-order address|nic-last]
+#                         [--extender WEIGHT] [--work DIR]
 #   bash scripts/fleet.sh --report FILE..    # the tables of saved --json files again
 #
 # Each subdirectory of DIR is a sysfs tree as --sysfs-root takes it (or holds one in sysfs/ or
@@ -19,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for a in "$@"; do
-    case "$a" in -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+    case "$a" in -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 done
 # The control plane; an existing build is kept unless tests/kube changed (tests/src/kube.rs).
 if [ ! -x "${CARGO_TARGET_DIR:-target}/kube-peers/kube-peers" ]; then

@@ -72,6 +72,9 @@ pub struct FleetConfig {
     /// The kube-scheduler settings the run was given (`--scheduler-profile`);
     /// None: the scheduler's defaults.
     pub scheduler_profile: Option<PathBuf>,
+    /// The order vp2p's slices list GPUs in (`p2p-host dra slices
+    /// --device-order`); the NVIDIA cut keeps address order.
+    pub device_order: p2p_allocation::dra::DeviceOrder,
     /// vp2p's scheduler extender's weight, when the run has one.
     pub extender: Option<u32>,
     /// The sizes the extender keeps room for (its `--keep`).
@@ -125,6 +128,7 @@ impl FleetReport {
             }).collect::<Vec<_>>(),
             "seeds": cfg.seed_list(),
             "scheduler_profile": cfg.scheduler_profile.as_ref().map(|p| p.strip_prefix(&cfg.repo).unwrap_or(p)),
+            "device_order": cfg.device_order.name(),
             "extender": cfg.extender.map(|w| json!({"weight": w, "keep": cfg.extender_keep})),
             "templates": {
                 "vp2p": cfg.vp2p_templates.strip_prefix(&cfg.repo).unwrap_or(&cfg.vp2p_templates),
@@ -323,7 +327,9 @@ pub fn run(cfg: &FleetConfig) -> Result<FleetReport, String> {
                 let mut node_objects = Vec::new();
                 for (i, s) in nodes.iter().enumerate() {
                     let name = node_name(seed, i);
-                    let (mut slices, _) = trees::slices(&cfg.p2p_host, &s.slice_args, &name)?;
+                    let mut args = s.slice_args.clone();
+                    args.extend(["--device-order".into(), cfg.device_order.name().into()]);
+                    let (mut slices, _) = trees::slices(&cfg.p2p_host, &args, &name)?;
                     let cut = policy::nvidia_cut(&slices, &name, s);
                     slices.extend(cut);
                     node_objects.push((name, slices));

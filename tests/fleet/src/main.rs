@@ -78,6 +78,10 @@ struct Args {
     /// eight-peer-gpus-tiered (default: the shipped host/kubernetes/dra/claim-templates-tiered.yaml).
     #[arg(long, value_name = "FILE")]
     templates: Option<PathBuf>,
+    /// The order vp2p's slices list GPUs in (`p2p-host dra slices
+    /// --device-order`: address, nic-last); NVIDIA's cut keeps address order.
+    #[arg(long, value_name = "ORDER", default_value_t = p2p_allocation::dra::DeviceOrder::Address)]
+    device_order: p2p_allocation::dra::DeviceOrder,
     /// Run vp2p's scheduler extender (`p2p-host dra extender`) at this
     /// weight beside the scheduler's plugins; it scores the vp2p and
     /// kubevirt policies' pods only (its log: WORK/extender.log).
@@ -296,6 +300,7 @@ fn main() -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?,
         checkpoint: a.json.clone(),
+        device_order: a.device_order,
         extender: a.extender,
         extender_keep: keep,
     };
@@ -423,6 +428,9 @@ fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
             // lack it.
             if let Some(profile) = doc["scheduler_profile"].as_str() {
                 templates += &format!(", scheduler {profile}");
+            }
+            if let Some(order) = doc["device_order"].as_str().filter(|o| *o != "address") {
+                templates += &format!(", {order} order");
             }
             candidates.extend(tuning::Candidate::of(
                 &f.display().to_string(),

@@ -327,6 +327,15 @@ pub fn nvidia_cut(vp2p_slices: &[Value], node: &str, shape: &Shape) -> Vec<Value
             }
         }
     }
+    // NVIDIA's driver lists GPUs as NVML numbers them, by PCI bus ID,
+    // whatever order vp2p's slices were given (`--device-order`).
+    let bus = |d: &Value| {
+        d["attributes"][STANDARD[0]]["string"]
+            .as_str()
+            .map(str::to_string)
+    };
+    gpus.sort_by_key(bus);
+    nics.sort_by_key(bus);
     [(NVIDIA_DRIVER, gpus), (NIC_DRIVER, nics)]
         .into_iter()
         .filter(|(_, devs)| !devs.is_empty())

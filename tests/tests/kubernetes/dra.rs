@@ -78,7 +78,7 @@ const TREES: [Tree; 6] = [
     },
 ];
 
-fn selector(class: Option<&str>) -> GpuSelector {
+pub(super) fn selector(class: Option<&str>) -> GpuSelector {
     match class {
         Some(c) => GpuSelector::Class {
             prefix: c.parse().unwrap(),
@@ -87,11 +87,11 @@ fn selector(class: Option<&str>) -> GpuSelector {
     }
 }
 
-fn tree_dir(name: &str) -> PathBuf {
+pub(super) fn tree_dir(name: &str) -> PathBuf {
     fixture_dir(name).join("sysfs")
 }
 
-fn load(dir: &Path, sel: &GpuSelector) -> Topology {
+pub(super) fn load(dir: &Path, sel: &GpuSelector) -> Topology {
     let root = SysfsRoot::new(dir).unwrap();
     let mut topo = sysfs::scan(&root).unwrap();
     let opts = NvLinkOptions {

@@ -12,6 +12,7 @@ mod dra_driver;
 mod dra_driver_concurrency;
 mod dra_driver_failures;
 mod dra_health;
+mod dra_order;
 mod dra_property;
 mod grpc_uds_authority;
 mod grpc_wire;

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use p2p_allocation::dra::{build_slices, SliceOptions, DEFAULT_DRIVER};
+use p2p_allocation::dra::{build_slices, DeviceOrder, SliceOptions, DEFAULT_DRIVER};
 use p2p_report::TextReport;
 use serde_json::json;
 
@@ -145,6 +145,12 @@ pub struct DriverArgs {
     /// sooner, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 300_000)]
     verify_ms: u64,
+    /// The order GPUs are published in, which is the order the scheduler's
+    /// allocator tries them: `address`, or `nic-last` (GPUs whose NUMA
+    /// node, root complex or switch holds no NIC first, so claims without a
+    /// NIC leave the NICs' neighbours free; docs/fleet.md measures it).
+    #[arg(long, value_name = "ORDER", default_value_t = DeviceOrder::Address)]
+    device_order: DeviceOrder,
     /// Bind every endpoint of a claimed device's IOMMU group to vfio-pci at
     /// prepare (driver_override), and give them back at unprepare; without
     /// it a group not wholly on vfio-pci is refused.
@@ -199,6 +205,12 @@ pub struct SlicesArgs {
     /// fmPartition<N> attribute per partition size.
     #[arg(long, value_name = "FILE")]
     fm_partitions: Option<PathBuf>,
+    /// The order GPUs are published in, which is the order the scheduler's
+    /// allocator tries them: `address`, or `nic-last` (GPUs whose NUMA
+    /// node, root complex or switch holds no NIC first, so claims without a
+    /// NIC leave the NICs' neighbours free; docs/fleet.md measures it).
+    #[arg(long, value_name = "ORDER", default_value_t = DeviceOrder::Address)]
+    device_order: DeviceOrder,
     /// Publish GPUs and NICs not bound to vfio-pci yet (the driver started
     /// with --bind binds them at prepare); without it they are left out.
     #[arg(long)]
@@ -280,6 +292,7 @@ fn driver(args: DriverArgs) -> anyhow::Result<()> {
         None => None,
     };
     s.bind = args.bind;
+    s.order = args.device_order;
     s.iommufd = args.iommufd;
     s.cdi_dir = args.cdi_dir;
     s.metadata_dir = args.metadata_dir;
@@ -315,6 +328,7 @@ fn slices(args: SlicesArgs) -> anyhow::Result<()> {
     let mut opts = SliceOptions::new(&args.node_name, &args.driver_name, &selector);
     opts.partitions = partitions.as_deref();
     opts.bind = args.bind;
+    opts.order = args.device_order;
     let publication = build_slices(&topo, &opts)?;
     if args.json || args.yaml {
         for l in &publication.left_out {

@@ -58,6 +58,8 @@ pub struct Settings {
     pub partitions: Option<Arc<fm_partitions::FmPartitionsFile>>,
     /// Bind group endpoints to vfio-pci at prepare (otherwise refuse).
     pub bind: bool,
+    /// The order GPUs are published in (the order the scheduler tries them).
+    pub order: p2p_allocation::dra::DeviceOrder,
     /// Give containers `/dev/iommu` and the VFIO cdev instead of the group.
     pub iommufd: bool,
     /// Where CDI specs are written.
@@ -92,6 +94,7 @@ impl Settings {
             selector: GpuSelector::Nvidia,
             partitions: None,
             bind: false,
+            order: p2p_allocation::dra::DeviceOrder::Address,
             iommufd: false,
             cdi_dir: PathBuf::from("/var/run/cdi"),
             metadata_dir: PathBuf::from("/var/run/vp2p/dra-metadata"),

@@ -33,6 +33,7 @@ pub fn build(settings: &Settings, generation: i64) -> Result<(Topology, Publicat
         &settings.selector,
     );
     opts.bind = settings.bind;
+    opts.order = settings.order;
     opts.generation = generation;
     let partitions = settings.partitions.as_ref().map(|p| p.current());
     opts.partitions = partitions.as_deref().map(Vec::as_slice);

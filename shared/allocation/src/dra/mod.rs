@@ -32,6 +32,7 @@
 mod api;
 pub mod claim;
 pub mod names;
+pub mod order;
 pub mod score;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +49,7 @@ use p2p_topology::select::{GpuSelector, Role};
 use p2p_topology::topology::{PciFunction, Topology};
 
 pub use api::*;
+pub use order::DeviceOrder;
 
 /// The driver name when none is given.
 pub const DEFAULT_DRIVER: &str = "gpu.vp2p.io";
@@ -93,11 +95,13 @@ pub struct SliceOptions<'a> {
     pub max_devices_per_slice: usize,
     /// The pool's generation.
     pub generation: i64,
+    /// The order GPUs are listed in: the order the scheduler tries them.
+    pub order: DeviceOrder,
 }
 
 impl<'a> SliceOptions<'a> {
     /// The defaults: 128 devices per slice, generation 1, no partitions,
-    /// only devices bound to vfio-pci.
+    /// only devices bound to vfio-pci, address order.
     pub fn new(node_name: &'a str, driver: &'a str, selector: &'a GpuSelector) -> Self {
         Self {
             node_name,
@@ -107,6 +111,7 @@ impl<'a> SliceOptions<'a> {
             bind: false,
             max_devices_per_slice: MAX_DEVICES_PER_SLICE,
             generation: 1,
+            order: DeviceOrder::Address,
         }
     }
 }
@@ -219,7 +224,8 @@ pub fn build_slices(topo: &Topology, opts: &SliceOptions) -> Result<Publication,
     if !(1..=MAX_DEVICES_PER_SLICE).contains(&opts.max_devices_per_slice) {
         return Err(SliceError::BadSliceSize(opts.max_devices_per_slice));
     }
-    let (published, left_out) = eligible(topo, opts);
+    let (mut published, left_out) = eligible(topo, opts);
+    order::arrange(topo, &mut published, opts.order);
     let mut notes = Vec::new();
     let nvlink = nvlink_domains(topo, opts.selector, &mut notes);
     let fm = partition_attributes(opts.partitions, &mut notes);

@@ -347,3 +347,55 @@ fn the_greedy_heuristic_places_each_size_first_on_the_best_class_free() {
     }
     assert_eq!(by(1).classes(r).0, Class::Sys);
 }
+
+#[test]
+fn vp2p_publishes_nic_last_when_asked_and_nvidias_cut_stays_in_bus_order() {
+    let (_work, found) = discovered();
+    let s = found
+        .into_iter()
+        .find_map(|t| match t {
+            Tree::Usable(s) if s.name == "qemu-11.1-two-socket-iommu-on" => Some(s),
+            _ => None,
+        })
+        .expect("the two-socket tree is usable");
+    let mut args = s.slice_args.clone();
+    args.extend(["--device-order".into(), "nic-last".into()]);
+    let (slices, _) = p2p_fleet::trees::slices(&binary("p2p-host"), &args, "node-a").unwrap();
+    let buses = |slices: &[Value], driver: &str| -> Vec<String> {
+        slices
+            .iter()
+            .filter(|sl| sl["spec"]["driver"] == driver)
+            .flat_map(|sl| {
+                sl["spec"]["devices"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|d| d["attributes"]["gpu.vp2p.io/kind"]["string"] != "nic")
+            .filter_map(|d| {
+                d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    // The fleet stages 25:00.0, on switch 21:00.0 with GPUs 23 and 24 in
+    // NUMA node 0, as the RDMA NIC (rdma-nics.txt): node 1's GPUs first, the
+    // NIC's switch last.
+    let vp2p = buses(&slices, "gpu.vp2p.io");
+    assert_eq!(
+        vp2p.first().map(String::as_str),
+        Some("0000:83:00.0"),
+        "{vp2p:?}"
+    );
+    assert_eq!(
+        vp2p.last().map(String::as_str),
+        Some("0000:24:00.0"),
+        "{vp2p:?}"
+    );
+    let cut = p2p_fleet::policy::nvidia_cut(&slices, "node-a", &s);
+    let nvidia = buses(&cut, p2p_fleet::policy::NVIDIA_DRIVER);
+    let mut sorted = vp2p.clone();
+    sorted.sort();
+    assert_eq!(nvidia, sorted, "NVIDIA's GPUs by bus ID");
+}
