@@ -6,18 +6,19 @@
 #
 #   bash scripts/fleet-tune.sh [--trees DIR] [--nodes N] [--seeds K] [--out DIR] [-- FLEET ARGS]
 #
-# Candidates: vp2p's shipped tiered claims and tests/fleet/templates/vp2p-*.yaml; NVIDIA's
+# Candidates: vp2p's shipped tiered claims (on slices in address order, and with GPUs published
+# `--device-order nic-last`) and tests/fleet/templates/vp2p-*.yaml; NVIDIA's
 # generated claims and tests/fleet/templates/nvidia-*.yaml. Defaults: tests/fixtures, 100 nodes,
 # 3 seeds, out target/fleet-tune. The last table marks each policy's pick (PICK: the most VMs
 # well placed less VMs refused); report it on the test seeds with scripts/fleet.sh --templates /
-# --nvidia-templates.
+# --nvidia-templates / --device-order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trees=tests/fixtures nodes=100 seeds=3 out=target/fleet-tune
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         --trees) trees=$2; shift 2 ;;
         --nodes) nodes=$2; shift 2 ;;
         --seeds) seeds=$2; shift 2 ;;
@@ -36,6 +37,7 @@ run() { # NAME POLICY [template flag FILE]
 }
 files=()
 run vp2p-shipped vp2p; files+=("$out/vp2p-shipped.json")
+run vp2p-nic-last vp2p --device-order nic-last; files+=("$out/vp2p-nic-last.json")
 for f in tests/fleet/templates/vp2p-*.yaml; do
     n=$(basename "$f" .yaml); run "$n" vp2p --templates "$f"; files+=("$out/$n.json")
 done
