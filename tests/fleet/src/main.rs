@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use p2p_allocation::dra::score::Ask;
 use p2p_fleet::arrivals::{Mix, Regime};
 use p2p_fleet::tally::{OptimumRecord, RunCount};
 use p2p_fleet::{self as fleet, figures, policy::Policy, tuning, FleetConfig};
@@ -79,8 +80,9 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     templates: Option<PathBuf>,
     /// The order vp2p's slices list GPUs in (`p2p-host dra slices
-    /// --device-order`: address, nic-last); NVIDIA's cut keeps address order.
-    #[arg(long, value_name = "ORDER", default_value_t = p2p_allocation::dra::DeviceOrder::Address)]
+    /// --device-order`: nic-last, the driver's default, or address); NVIDIA's
+    /// cut keeps address order.
+    #[arg(long, value_name = "ORDER", default_value_t = p2p_allocation::dra::DeviceOrder::default())]
     device_order: p2p_allocation::dra::DeviceOrder,
     /// Run vp2p's scheduler extender (`p2p-host dra extender`) at this
     /// weight beside the scheduler's plugins; it scores the vp2p and
@@ -90,7 +92,7 @@ struct Args {
     /// The sizes the extender keeps room for (its `--keep`), comma-separated,
     /// e.g. 4+nic,8; default: every size of --mix.
     #[arg(long, value_delimiter = ',', value_name = "ASK")]
-    extender_keep: Vec<String>,
+    extender_keep: Vec<Ask>,
     /// The nvidia policy's claim templates, as --templates is vp2p's: a
     /// file holding nvidia-2, nvidia-4 and nvidia-8 (default: the ones
     /// generated from NVIDIA's attributes, docs/fleet.md).
@@ -235,10 +237,14 @@ fn main() -> anyhow::Result<()> {
     let keep: Vec<String> = if a.extender_keep.is_empty() {
         mix.0
             .iter()
-            .map(|e| format!("{}{}", e.gpus, if e.nic { "+nic" } else { "" }))
+            .map(|e| Ask {
+                gpus: e.gpus.into(),
+                nic: e.nic,
+            })
+            .map(|k| k.to_string())
             .collect()
     } else {
-        a.extender_keep.clone()
+        a.extender_keep.iter().map(Ask::to_string).collect()
     };
     let cp = needs_kube.then(|| ControlPlane::start_at(&cp_dir));
     // vp2p's extender, scoring the pods of vp2p's and kubevirt's policies.
@@ -431,6 +437,19 @@ fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
             }
             if let Some(order) = doc["device_order"].as_str().filter(|o| *o != "address") {
                 templates += &format!(", {order} order");
+            }
+            // The extender scores the vp2p and kubevirt policies' pods only.
+            if let Some(w) = doc["extender"]["weight"]
+                .as_u64()
+                .filter(|_| matches!(p, "vp2p" | "kubevirt"))
+            {
+                let keep: Vec<&str> = doc["extender"]["keep"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(serde_json::Value::as_str)
+                    .collect();
+                templates += &format!(", extender {w} keep {}", keep.join(","));
             }
             candidates.extend(tuning::Candidate::of(
                 &f.display().to_string(),

@@ -146,10 +146,10 @@ pub struct DriverArgs {
     #[arg(long, value_name = "MS", default_value_t = 300_000)]
     verify_ms: u64,
     /// The order GPUs are published in, which is the order the scheduler's
-    /// allocator tries them: `address`, or `nic-last` (GPUs whose NUMA
-    /// node, root complex or switch holds no NIC first, so claims without a
-    /// NIC leave the NICs' neighbours free; docs/fleet.md measures it).
-    #[arg(long, value_name = "ORDER", default_value_t = DeviceOrder::Address)]
+    /// allocator tries them: `nic-last` (GPUs whose NUMA node, root complex
+    /// or switch holds no NIC first, so claims without a NIC leave the NICs'
+    /// neighbours free; docs/fleet.md measures it) or `address`.
+    #[arg(long, value_name = "ORDER", default_value_t = DeviceOrder::default())]
     device_order: DeviceOrder,
     /// Bind every endpoint of a claimed device's IOMMU group to vfio-pci at
     /// prepare (driver_override), and give them back at unprepare; without
@@ -206,10 +206,10 @@ pub struct SlicesArgs {
     #[arg(long, value_name = "FILE")]
     fm_partitions: Option<PathBuf>,
     /// The order GPUs are published in, which is the order the scheduler's
-    /// allocator tries them: `address`, or `nic-last` (GPUs whose NUMA
-    /// node, root complex or switch holds no NIC first, so claims without a
-    /// NIC leave the NICs' neighbours free; docs/fleet.md measures it).
-    #[arg(long, value_name = "ORDER", default_value_t = DeviceOrder::Address)]
+    /// allocator tries them: `nic-last` (GPUs whose NUMA node, root complex
+    /// or switch holds no NIC first, so claims without a NIC leave the NICs'
+    /// neighbours free; docs/fleet.md measures it) or `address`.
+    #[arg(long, value_name = "ORDER", default_value_t = DeviceOrder::default())]
     device_order: DeviceOrder,
     /// Publish GPUs and NICs not bound to vfio-pci yet (the driver started
     /// with --bind binds them at prepare); without it they are left out.

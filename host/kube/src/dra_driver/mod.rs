@@ -78,7 +78,7 @@ impl Settings {
     /// (`/var/lib/kubelet`): the layer's ([`PluginSettings::new`]) with
     /// messages prefixed `p2p-host:`, CDI specs in `/var/run/cdi`, metadata in
     /// `/var/run/vp2p/dra-metadata`; `/sys` read by `reader`, NVIDIA GPUs, no
-    /// partitions.
+    /// partitions, GPUs published away from a NIC first.
     pub fn new(
         node_name: &str,
         driver_name: &str,
@@ -94,7 +94,7 @@ impl Settings {
             selector: GpuSelector::Nvidia,
             partitions: None,
             bind: false,
-            order: p2p_allocation::dra::DeviceOrder::Address,
+            order: p2p_allocation::dra::DeviceOrder::NicLast,
             iommufd: false,
             cdi_dir: PathBuf::from("/var/run/cdi"),
             metadata_dir: PathBuf::from("/var/run/vp2p/dra-metadata"),

@@ -101,7 +101,8 @@ pub struct SliceOptions<'a> {
 
 impl<'a> SliceOptions<'a> {
     /// The defaults: 128 devices per slice, generation 1, no partitions,
-    /// only devices bound to vfio-pci, address order.
+    /// only devices bound to vfio-pci, GPUs away from a NIC first
+    /// ([`DeviceOrder::NicLast`]).
     pub fn new(node_name: &'a str, driver: &'a str, selector: &'a GpuSelector) -> Self {
         Self {
             node_name,
@@ -111,7 +112,7 @@ impl<'a> SliceOptions<'a> {
             bind: false,
             max_devices_per_slice: MAX_DEVICES_PER_SLICE,
             generation: 1,
-            order: DeviceOrder::Address,
+            order: DeviceOrder::NicLast,
         }
     }
 }

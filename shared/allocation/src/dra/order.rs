@@ -18,16 +18,17 @@ use p2p_topology::topology::Topology;
 use super::{clique_values, DeviceKind};
 
 /// How a node's GPUs are ordered in its slices (NICs follow the GPUs in
-/// address order either way).
+/// address order either way). The default is [`DeviceOrder::NicLast`],
+/// chosen on the fleet benchmark's tuning seeds (docs/fleet.md, "Tuning").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DeviceOrder {
     /// PCI address order, as the kernel lists functions.
-    #[default]
     Address,
     /// At each level from the NUMA node down to the switch, GPUs whose
     /// group holds no published NIC come before those whose group does, so
     /// a claim that asks no NIC takes GPUs away from the NICs first and a
     /// NIC's neighbours stay free for a VM that asks for one.
+    #[default]
     NicLast,
 }
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 const COUNTED: &[&str] = &[
     "dev-2vcpu-2026-11-29-fleet-counts",
     "dev-2vcpu-2026-11-29-fleet-extender",
+    "dev-2vcpu-2026-11-29-fleet-nic-last",
     "dev-2vcpu-2026-11-29-fleet-pick",
     "dev-2vcpu-2026-11-29-fleet-seed12",
 ];
@@ -89,7 +90,10 @@ fn report_refuses_a_run_counted_in_two_files() {
 }
 
 /// The template searches committed under docs/results.
-const TUNING: &[&str] = &["dev-2vcpu-2026-11-29-fleet-tuning"];
+const TUNING: &[&str] = &[
+    "dev-2vcpu-2026-11-29-fleet-tuning",
+    "dev-2vcpu-2026-11-29-fleet-churn-tuning",
+];
 
 /// docs/results' template searches: each candidate's counts add up as a
 /// counted run's do, and `tuning.txt` is what `fleet --tuning` prints of the
