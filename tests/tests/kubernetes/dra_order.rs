@@ -82,16 +82,15 @@ fn nic_last_lists_gpus_away_from_the_nic_first_at_every_level() {
         &["0000:25:00.0"],
         DeviceOrder::NicLast,
     );
-    // NUMA node 1 and the NUMA-less pci0000:00 hold no NIC: first (node1
-    // sorts before pci0000:00). Then node 0: pci0000:40 (no NIC) before
-    // pci0000:20; in it, root port 20:01.0 (no NIC) before switch 21:00.0,
-    // the NIC's.
+    // The NUMA-less pci0000:00 and NUMA node 1 hold no NIC: first, in
+    // address order. Then node 0: pci0000:40 (no NIC) before pci0000:20;
+    // in it, root port 20:01.0 (no NIC) before switch 21:00.0, the NIC's.
     assert_eq!(
         gpus,
         [
+            "0000:01:00.0",
             "0000:83:00.0",
             "0000:84:00.0",
-            "0000:01:00.0",
             "0000:41:00.0",
             "0000:26:00.0",
             "0000:23:00.0",
@@ -99,6 +98,18 @@ fn nic_last_lists_gpus_away_from_the_nic_first_at_every_level() {
         ]
     );
     assert_eq!(nics, ["0000:25:00.0"]);
+}
+
+#[test]
+fn nic_last_without_a_nic_is_the_address_order() {
+    let (gpus, nics) = published(
+        "qemu-11.1-two-socket-iommu-on",
+        &TWO_SOCKET_GPUS,
+        &[],
+        DeviceOrder::NicLast,
+    );
+    assert_eq!(gpus, TWO_SOCKET_GPUS);
+    assert!(nics.is_empty());
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! several equally good groups, the publication's order picks the one it
 //! takes, and with it the room left for the next claim.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -62,7 +62,10 @@ impl FromStr for DeviceOrder {
 /// The levels a GPU's key compares, outermost first.
 const LEVELS: [&str; 4] = ["cliqueNode", "cliquePhb", "cliquePxb", "cliquePix"];
 
-/// Puts `devices` (in address order) in `order`.
+/// Puts `devices` (in address order) in `order`: per level, outermost
+/// first, a GPU's key is whether its group holds a NIC, then the group's
+/// first address, so groups stay together and, NICs aside, keep the
+/// kernel's order (a node without NICs publishes in address order).
 pub(super) fn arrange(topo: &Topology, devices: &mut Vec<(Bdf, DeviceKind)>, order: DeviceOrder) {
     if order == DeviceOrder::Address {
         return;
@@ -72,26 +75,32 @@ pub(super) fn arrange(topo: &Topology, devices: &mut Vec<(Bdf, DeviceKind)>, ord
             .map(|f| clique_values(topo, f))
             .unwrap_or_default()
     };
-    let nic_groups: BTreeSet<(&'static str, String)> = devices
-        .iter()
-        .filter(|(_, k)| *k == DeviceKind::Nic)
-        .flat_map(|(b, _)| values(*b))
-        .collect();
-    let key = |bdf: Bdf| -> Vec<(bool, String)> {
-        let v = values(bdf);
+    let (gpus, nics): (Vec<_>, Vec<_>) =
+        devices.drain(..).partition(|(_, k)| *k == DeviceKind::Gpu);
+    let nic_groups: BTreeSet<(&'static str, String)> =
+        nics.iter().flat_map(|(b, _)| values(*b)).collect();
+    // Each group's first GPU in address order stands for the group.
+    let mut first: BTreeMap<(&'static str, String), Bdf> = BTreeMap::new();
+    let gpu_values: Vec<_> = gpus.iter().map(|(b, _)| values(*b)).collect();
+    for ((bdf, _), v) in gpus.iter().zip(&gpu_values) {
+        for group in v {
+            first.entry(group.clone()).or_insert(*bdf);
+        }
+    }
+    let key = |bdf: Bdf, v: &[(&'static str, String)]| -> Vec<(bool, Bdf)> {
         LEVELS
             .iter()
             .map(|level| match v.iter().find(|(name, _)| name == level) {
-                Some((name, value)) => {
-                    (nic_groups.contains(&(*name, value.clone())), value.clone())
-                }
-                None => (false, String::new()),
+                Some(group) => (nic_groups.contains(group), first[group]),
+                None => (false, bdf),
             })
             .collect()
     };
-    let (gpus, nics): (Vec<_>, Vec<_>) =
-        devices.drain(..).partition(|(_, k)| *k == DeviceKind::Gpu);
-    let mut keyed: Vec<_> = gpus.into_iter().map(|d| (key(d.0), d)).collect();
+    let mut keyed: Vec<_> = gpus
+        .into_iter()
+        .zip(&gpu_values)
+        .map(|(d, v)| (key(d.0, v), d))
+        .collect();
     // Stable: GPUs of one group keep their address order.
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
     devices.extend(keyed.into_iter().map(|(_, d)| d));

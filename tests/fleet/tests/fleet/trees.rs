@@ -380,18 +380,20 @@ fn vp2p_publishes_nic_last_when_asked_and_nvidias_cut_stays_in_bus_order() {
             .collect()
     };
     // The fleet stages 25:00.0, on switch 21:00.0 with GPUs 23 and 24 in
-    // NUMA node 0, as the RDMA NIC (rdma-nics.txt): node 1's GPUs first, the
-    // NIC's switch last.
+    // NUMA node 0, as the RDMA NIC (rdma-nics.txt): the NUMA-less 01 and
+    // node 1's GPUs first, then node 0's away from the NIC, its switch last.
     let vp2p = buses(&slices, "gpu.vp2p.io");
     assert_eq!(
-        vp2p.first().map(String::as_str),
-        Some("0000:83:00.0"),
-        "{vp2p:?}"
-    );
-    assert_eq!(
-        vp2p.last().map(String::as_str),
-        Some("0000:24:00.0"),
-        "{vp2p:?}"
+        vp2p,
+        [
+            "0000:01:00.0",
+            "0000:83:00.0",
+            "0000:84:00.0",
+            "0000:41:00.0",
+            "0000:26:00.0",
+            "0000:23:00.0",
+            "0000:24:00.0",
+        ]
     );
     let cut = p2p_fleet::policy::nvidia_cut(&slices, "node-a", &s);
     let nvidia = buses(&cut, p2p_fleet::policy::NVIDIA_DRIVER);
