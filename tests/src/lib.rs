@@ -84,6 +84,33 @@ pub fn run(name: &str, args: &[&str]) -> Run {
     }
 }
 
+/// The GPUs of tests/fixtures/qemu-11.1-two-socket-iommu-on in address
+/// order, as its `topo.json` lists them.
+pub const TWO_SOCKET_GPUS: [&str; 7] = [
+    "0000:01:00.0",
+    "0000:23:00.0",
+    "0000:24:00.0",
+    "0000:26:00.0",
+    "0000:41:00.0",
+    "0000:83:00.0",
+    "0000:84:00.0",
+];
+
+/// The same GPUs as `dra slices --device-order nic-last` lists them when
+/// 25:00.0 (on switch 21:00.0 with 23 and 24, NUMA node 0) is an RDMA NIC,
+/// worked out by hand: the NUMA-less 01 and node 1's 83 and 84 hold no NIC
+/// (first, in address order); in node 0, pci0000:40's 41 before
+/// pci0000:20, where root port 20:01.0's 26 comes before the NIC's switch.
+pub const TWO_SOCKET_GPUS_NIC_LAST: [&str; 7] = [
+    "0000:01:00.0",
+    "0000:83:00.0",
+    "0000:84:00.0",
+    "0000:41:00.0",
+    "0000:26:00.0",
+    "0000:23:00.0",
+    "0000:24:00.0",
+];
+
 /// What `cmd` prints on stdout; it must exit 0, or the test fails with the
 /// command line, its exit status and both outputs.
 pub fn stdout_of(cmd: &mut Command) -> String {

@@ -5,6 +5,8 @@
 use p2p_allocation::dra::{build_slices, DeviceOrder, SliceOptions, DEFAULT_DRIVER, PCI_BUS_ID};
 use p2p_topology::{Bdf, GpuSelector};
 
+use p2p_tests::{TWO_SOCKET_GPUS, TWO_SOCKET_GPUS_NIC_LAST};
+
 use super::dra::{load, tree_dir};
 
 /// The GPUs of `tree` (its `topo.json` list) with `nics` made RDMA NICs, as
@@ -48,20 +50,6 @@ fn published(
     (of("gpu"), of("nic"))
 }
 
-/// qemu-11.1-two-socket: GPUs 23 and 24 share switch 21:00.0 with the NIC
-/// 25:00.0; 26 sits on root port 20:01.0 of the NIC's root complex
-/// pci0000:20; 41 on pci0000:40, NUMA node 0 like the NIC; 83 and 84 on a
-/// switch of node 1; 01 on pci0000:00, no NUMA node.
-const TWO_SOCKET_GPUS: [&str; 7] = [
-    "0000:01:00.0",
-    "0000:23:00.0",
-    "0000:24:00.0",
-    "0000:26:00.0",
-    "0000:41:00.0",
-    "0000:83:00.0",
-    "0000:84:00.0",
-];
-
 #[test]
 fn address_order_is_the_kernels_order() {
     let (gpus, nics) = published(
@@ -82,21 +70,7 @@ fn nic_last_lists_gpus_away_from_the_nic_first_at_every_level() {
         &["0000:25:00.0"],
         DeviceOrder::NicLast,
     );
-    // The NUMA-less pci0000:00 and NUMA node 1 hold no NIC: first, in
-    // address order. Then node 0: pci0000:40 (no NIC) before pci0000:20;
-    // in it, root port 20:01.0 (no NIC) before switch 21:00.0, the NIC's.
-    assert_eq!(
-        gpus,
-        [
-            "0000:01:00.0",
-            "0000:83:00.0",
-            "0000:84:00.0",
-            "0000:41:00.0",
-            "0000:26:00.0",
-            "0000:23:00.0",
-            "0000:24:00.0",
-        ]
-    );
+    assert_eq!(gpus, TWO_SOCKET_GPUS_NIC_LAST);
     assert_eq!(nics, ["0000:25:00.0"]);
 }
 

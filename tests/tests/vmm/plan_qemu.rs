@@ -264,18 +264,10 @@ fn two_socket_default_plan() {
     let vm = &report.vms[0];
     let clique = |bdf: &str| vm.clique_of(bdf.parse().unwrap()).unwrap().id();
     // Address order: 01 (gpu6), 23 (gpu0), 24 (gpu1), 26 (gpu2), 41 (gpu3), 83, 84.
-    let got: Vec<u8> = [
-        "0000:01:00.0",
-        "0000:23:00.0",
-        "0000:24:00.0",
-        "0000:26:00.0",
-        "0000:41:00.0",
-        "0000:83:00.0",
-        "0000:84:00.0",
-    ]
-    .iter()
-    .map(|b| clique(b))
-    .collect();
+    let got: Vec<u8> = p2p_tests::TWO_SOCKET_GPUS
+        .iter()
+        .map(|b| clique(b))
+        .collect();
     assert_eq!(got, [0, 1, 1, 1, 2, 3, 3]);
     assert_eq!(
         plan_out(TWO_SOCKET, &["--json", "--max-level", "phb"]),

@@ -5,7 +5,7 @@
 //! (docs/DESIGN.md, "DRA, on paper"). Pure: the topology in, the objects out.
 //!
 //! The clique attributes, per policy level, and why equality is exact
-//! (the classes are those of [`p2p_topology::classify`]):
+//! (the classes are those of [`mod@p2p_topology::classify`]):
 //! - `cliquePix`: the switch unit right above the device (its downstream
 //!   port's upstream port, or the bridge it sits on when that is no switch
 //!   port). Two devices are PIX exactly when their paths meet within one such

@@ -1,6 +1,6 @@
 //! Kubernetes' name and value formats for what a ResourceSlice carries
 //! (k8s.io/apimachinery validation: `IsDNS1123Label`, `IsDNS1123Subdomain`,
-//! `IsCIdentifier`; limits from resource/v1 types.go, see [`super::api`]).
+//! `IsCIdentifier`; limits from resource/v1 types.go, see the `api` module).
 
 use super::api::{
     Device, DeviceAttribute, MAX_ATTRIBUTES_PER_DEVICE, MAX_DEVICE_NAME, MAX_DOMAIN, MAX_ID,

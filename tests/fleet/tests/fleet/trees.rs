@@ -379,22 +379,9 @@ fn vp2p_publishes_nic_last_when_asked_and_nvidias_cut_stays_in_bus_order() {
             })
             .collect()
     };
-    // The fleet stages 25:00.0, on switch 21:00.0 with GPUs 23 and 24 in
-    // NUMA node 0, as the RDMA NIC (rdma-nics.txt): the NUMA-less 01 and
-    // node 1's GPUs first, then node 0's away from the NIC, its switch last.
+    // The fleet stages 25:00.0 as the RDMA NIC (rdma-nics.txt).
     let vp2p = buses(&slices, "gpu.vp2p.io");
-    assert_eq!(
-        vp2p,
-        [
-            "0000:01:00.0",
-            "0000:83:00.0",
-            "0000:84:00.0",
-            "0000:41:00.0",
-            "0000:26:00.0",
-            "0000:23:00.0",
-            "0000:24:00.0",
-        ]
-    );
+    assert_eq!(vp2p, p2p_tests::TWO_SOCKET_GPUS_NIC_LAST);
     let cut = p2p_fleet::policy::nvidia_cut(&slices, "node-a", &s);
     let nvidia = buses(&cut, p2p_fleet::policy::NVIDIA_DRIVER);
     let mut sorted = vp2p.clone();
