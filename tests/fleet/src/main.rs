@@ -424,36 +424,9 @@ fn print_tuning(files: &[PathBuf]) -> anyhow::Result<()> {
             .filter(|p| p.scheduled())
             .map(|p| p.name())
         {
-            let mut templates = match p {
-                "vp2p" => doc["templates"]["vp2p"].as_str().unwrap_or("-"),
-                "nvidia" => doc["templates"]["nvidia"].as_str().unwrap_or("-"),
-                _ => "generated",
-            }
-            .to_string();
-            // The scheduler's settings too; files written before the field
-            // lack it.
-            if let Some(profile) = doc["scheduler_profile"].as_str() {
-                templates += &format!(", scheduler {profile}");
-            }
-            if let Some(order) = doc["device_order"].as_str().filter(|o| *o != "address") {
-                templates += &format!(", {order} order");
-            }
-            // The extender scores the vp2p and kubevirt policies' pods only.
-            if let Some(w) = doc["extender"]["weight"]
-                .as_u64()
-                .filter(|_| matches!(p, "vp2p" | "kubevirt"))
-            {
-                let keep: Vec<&str> = doc["extender"]["keep"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(serde_json::Value::as_str)
-                    .collect();
-                templates += &format!(", extender {w} keep {}", keep.join(","));
-            }
             candidates.extend(tuning::Candidate::of(
                 &f.display().to_string(),
-                &templates,
+                &tuning::setup(&doc, p),
                 p,
                 &runs,
             ));

@@ -330,7 +330,7 @@ pub fn nvidia_cut(vp2p_slices: &[Value], node: &str, shape: &Shape) -> Vec<Value
     // NVIDIA's driver lists GPUs as NVML numbers them, by PCI bus ID,
     // whatever order vp2p's slices were given (`--device-order`).
     let bus = |d: &Value| {
-        d["attributes"][STANDARD[0]]["string"]
+        d["attributes"][p2p_allocation::dra::PCI_BUS_ID]["string"]
             .as_str()
             .map(str::to_string)
     };

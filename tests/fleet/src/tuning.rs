@@ -5,7 +5,45 @@
 //! refused (an operator gains by one and loses by the other alike), fewer
 //! refused on a tie, then the first file given.
 
+use serde_json::Value;
+
 use crate::tally::RunCount;
+
+/// What `policy` ran with in the saved `--json` document `doc`: its claim
+/// templates, then the scheduler profile, the order of vp2p's slices (on
+/// the policies placed on them, when not the address order) and the
+/// extender (on the pods it scores); files written before a field lack it.
+pub fn setup(doc: &Value, policy: &str) -> String {
+    let mut out = match policy {
+        "vp2p" | "nvidia" => doc["templates"][policy].as_str().unwrap_or("-"),
+        _ => "generated",
+    }
+    .to_string();
+    if let Some(profile) = doc["scheduler_profile"].as_str() {
+        out += &format!(", scheduler {profile}");
+    }
+    // NVIDIA's cut keeps the bus order whatever vp2p's slices use.
+    if let Some(order) = doc["device_order"]
+        .as_str()
+        .filter(|o| *o != "address" && policy != "nvidia")
+    {
+        out += &format!(", {order} order");
+    }
+    // The extender scores the vp2p and kubevirt policies' pods only.
+    if let Some(w) = doc["extender"]["weight"]
+        .as_u64()
+        .filter(|_| matches!(policy, "vp2p" | "kubevirt"))
+    {
+        let keep: Vec<&str> = doc["extender"]["keep"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        out += &format!(", extender {w} keep {}", keep.join(","));
+    }
+    out
+}
 
 /// One candidate: a policy's counts in one saved run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,5 +164,22 @@ mod tests {
         assert_eq!(picks(&tie), [false, true, false]);
         let t = table(&all);
         assert!(t.lines().nth(3).unwrap().contains("  478 "), "{t}");
+    }
+
+    #[test]
+    fn a_setup_names_the_order_and_the_extender_only_where_they_act() {
+        let doc = serde_json::json!({
+            "templates": {"vp2p": "t.yaml", "nvidia": "generated"},
+            "device_order": "nic-last",
+            "extender": {"weight": 5, "keep": ["4+nic", "8"]},
+        });
+        assert_eq!(
+            setup(&doc, "vp2p"),
+            "t.yaml, nic-last order, extender 5 keep 4+nic,8"
+        );
+        assert_eq!(setup(&doc, "count"), "generated, nic-last order");
+        assert_eq!(setup(&doc, "nvidia"), "generated");
+        // A file from before the fields: the templates alone.
+        assert_eq!(setup(&serde_json::json!({}), "vp2p"), "-");
     }
 }

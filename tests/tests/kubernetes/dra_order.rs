@@ -126,6 +126,6 @@ fn the_order_names_parse_back_and_a_wrong_one_says_which_exist() {
     for o in [DeviceOrder::Address, DeviceOrder::NicLast] {
         assert_eq!(o.name().parse::<DeviceOrder>(), Ok(o));
     }
-    let e = "nearest".parse::<DeviceOrder>().unwrap_err();
+    let e = "nearest".parse::<DeviceOrder>().unwrap_err().to_string();
     assert!(e.contains("`nearest`") && e.contains("nic-last"), "{e}");
 }

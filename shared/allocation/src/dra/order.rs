@@ -48,14 +48,19 @@ impl fmt::Display for DeviceOrder {
     }
 }
 
+/// Why a text is not a [`DeviceOrder`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown device order `{0}` (address, nic-last)")]
+pub struct UnknownDeviceOrder(pub String);
+
 impl FromStr for DeviceOrder {
-    type Err = String;
+    type Err = UnknownDeviceOrder;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         [DeviceOrder::Address, DeviceOrder::NicLast]
             .into_iter()
             .find(|o| o.name() == s)
-            .ok_or_else(|| format!("unknown device order `{s}` (address, nic-last)"))
+            .ok_or_else(|| UnknownDeviceOrder(s.to_string()))
     }
 }
 

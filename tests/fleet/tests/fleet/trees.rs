@@ -373,7 +373,7 @@ fn vp2p_publishes_nic_last_when_asked_and_nvidias_cut_stays_in_bus_order() {
             })
             .filter(|d| d["attributes"]["gpu.vp2p.io/kind"]["string"] != "nic")
             .filter_map(|d| {
-                d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+                d["attributes"][p2p_allocation::dra::PCI_BUS_ID]["string"]
                     .as_str()
                     .map(str::to_string)
             })
